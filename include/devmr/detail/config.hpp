@@ -1,0 +1,28 @@
+#pragma once
+
+// The toolkit's CCCL 3.0 hides cuda::mr behind this macro; CCCL >= 3.1 ignores it.
+#ifndef LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
+#define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
+#endif
+
+#include <cuda/memory_resource>
+#include <cuda/std/version>
+
+#if defined(__CUDACC__)
+#define DEVMR_HOST_DEVICE __host__ __device__
+#define DEVMR_DEVICE __device__
+#else
+#define DEVMR_HOST_DEVICE
+#define DEVMR_DEVICE
+#endif
+
+/// Kernels defined in devmr's headers are hidden, so that two shared libraries that both include
+/// devmr do not clash on their symbols.
+#define DEVMR_KERNEL __attribute__((visibility("hidden"))) __global__
+
+/// True when compiling device code.
+#if defined(__CUDA_ARCH__)
+#define DEVMR_IS_DEVICE_CODE 1
+#else
+#define DEVMR_IS_DEVICE_CODE 0
+#endif

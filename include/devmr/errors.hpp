@@ -48,10 +48,10 @@ void validate_alignment(std::size_t alignment);
 }  // namespace devmr
 
 /// Checks a CUDA runtime call and throws devmr::cuda_error naming it when it fails.
-#define DEVMR_CUDA_TRY(call)                                                \
-  do {                                                                      \
-    cudaError_t const devmr_status_ = (call);                               \
-    if (devmr_status_ != cudaSuccess) {                                     \
+#define DEVMR_CUDA_TRY(call)                                                       \
+  do {                                                                             \
+    cudaError_t const devmr_status_ = (call);                                      \
+    if (devmr_status_ != cudaSuccess) {                                            \
       ::devmr::detail::throw_cuda_error(devmr_status_, #call, __FILE__, __LINE__); \
-    }                                                                       \
+    }                                                                              \
   } while (false)

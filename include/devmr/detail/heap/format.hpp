@@ -1,0 +1,48 @@
+#pragma once
+
+// Formatting a heap header on the host: the initial state that kernels (or host tests) start from.
+// O(1) in the heap's size: slabs are formatted lazily when first taken from an arena's frontier.
+
+#include <devmr/detail/heap/bits.hpp>
+#include <devmr/detail/heap/layout.hpp>
+
+#include <cstdint>
+#include <cstring>
+
+namespace devmr::detail::heap {
+
+/// Slots per class for a heap of `slabs` slabs: one per SM on large heaps, fewer on small ones,
+/// so that the slabs held as "current" stay a small part of the heap.
+inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
+  std::uint64_t const per_class = slabs / (num_classes * 4);
+  std::uint64_t const slots = per_class < 1 ? 1 : (per_class > max_slots ? max_slots : per_class);
+  return (std::uint32_t{1} << floor_log2(slots)) - 1;
+}
+
+/// An empty heap: no arenas, empty stacks and slots, zero counters.
+inline void initialize(heap_header& h, bool checked) {
+  std::memset(static_cast<void*>(&h), 0, sizeof(h));
+  for (auto& head : h.free_runs) {
+    head = empty_stack;
+  }
+  for (auto& cls : h.slots) {
+    for (auto& slot : cls) {
+      slot = empty_slot;
+    }
+  }
+  h.checked = checked ? 1u : 0u;
+}
+
+/// Publishes an arena in a header image that no thread is using (the host's copy).
+inline void add_arena(heap_header& h, arena_desc const& arena) {
+  h.arenas[h.arena_count] = arena;
+  h.frontier[h.arena_count] = 0;
+  ++h.arena_count;
+  std::uint64_t slabs = 0;
+  for (std::uint32_t a = 0; a < h.arena_count; ++a) {
+    slabs += h.arenas[a].slabs;
+  }
+  h.slot_mask = slot_mask_for(slabs);
+}
+
+}  // namespace devmr::detail::heap

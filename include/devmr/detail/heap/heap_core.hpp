@@ -1,0 +1,429 @@
+#pragma once
+
+// The lock-free core of the slab heap, written once for host and device. Every shared word is
+// touched through cuda::atomic_ref, so host tests drive exactly this code from many std::threads on
+// host memory, and kernels run it on device memory.
+//
+// How memory moves:
+//  - Each size class has up to max_slots "current slab" slots. A claim adds the number of blocks
+//    it wants to the current slab's state word; the count it gets back says which blocks are its
+//    own. Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
+//  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
+//    and freed) recycles the slab onto a free stack. No lock anywhere: every wait is a CAS retry
+//    that only fails because another thread made progress.
+//  - Slabs come from the free stacks (runs of slabs, by floor(log2(length))), else from an arena's
+//    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
+//    else by splitting a longer free run. Large blocks are whole runs of slabs.
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/bits.hpp>
+#include <devmr/detail/heap/layout.hpp>
+
+#include <cuda/atomic>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+template <class T>
+DEVMR_HOST_DEVICE auto atomic(T& word) {
+  return cuda::atomic_ref<T, cuda::thread_scope_device>{word};
+}
+
+inline constexpr auto relaxed = cuda::std::memory_order_relaxed;
+inline constexpr auto acquire = cuda::std::memory_order_acquire;
+inline constexpr auto release = cuda::std::memory_order_release;
+inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
+
+/// Blocks a claim obtained: `count` consecutive blocks of the class starting at `first`.
+struct claim_result {
+  std::byte* first;
+  std::uint32_t count;
+};
+
+/// What a checked free decided.
+enum class free_check { proceed, done, rejected };
+
+/// A view of one heap's header: the operations of the lock-free core.
+class heap_core {
+ public:
+  DEVMR_HOST_DEVICE explicit heap_core(heap_header* header) : h_{header} {}
+
+  DEVMR_HOST_DEVICE heap_header* header() const { return h_; }
+
+  DEVMR_HOST_DEVICE slab_meta& meta(std::uint32_t id) const {
+    return h_->arenas[arena_of(id)].meta[index_of(id)];
+  }
+  DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
+    return h_->arenas[arena_of(id)].base + (std::size_t{index_of(id)} << slab_shift);
+  }
+  DEVMR_HOST_DEVICE std::uint64_t* check_bits(std::uint32_t id) const {
+    return h_->arenas[arena_of(id)].check_bits + std::size_t{index_of(id)} * check_words_per_slab;
+  }
+  DEVMR_HOST_DEVICE bool checked() const { return h_->checked != 0; }
+
+  /// Finds the slab that holds `p`: its id and the offset of `p` in it. False when no arena of
+  /// this heap holds `p`.
+  DEVMR_HOST_DEVICE bool locate(void const* p, std::uint32_t& id, std::size_t& offset) const {
+    std::uint32_t const arenas = atomic(h_->arena_count).load(relaxed);
+    auto const address = reinterpret_cast<std::uintptr_t>(p);
+    for (std::uint32_t a = 0; a < arenas; ++a) {
+      arena_desc const& arena = h_->arenas[a];
+      std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(arena.base);
+      if (off < (arena.slabs << slab_shift)) {
+        id = make_slab_id(a, static_cast<std::uint32_t>(off >> slab_shift));
+        offset = off & (slab_bytes - 1);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // ---- small blocks -------------------------------------------------------------------------
+
+  /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when the
+  /// current slab runs out (the caller claims the rest with another call), none when the heap
+  /// has no slab left for this class.
+  DEVMR_HOST_DEVICE claim_result claim(unsigned cls, unsigned slot, std::uint32_t want) const {
+    auto slot_word = atomic(h_->slots[cls][slot]);
+    std::uint64_t seen = slot_word.load(relaxed);
+    for (;;) {
+      if (seen != empty_slot) {
+        claim_result const got = claim_from(slot_id(seen), cls, want);
+        if (got.count != 0) {
+          return got;
+        }
+      }
+      // The slot is empty or its slab is exhausted: install a fresh slab, our blocks pre-claimed.
+      std::uint32_t const id = acquire_run(1);
+      if (id == no_slab) {
+        // Out of slabs. Forget the exhausted slab, so that later claims go straight to the
+        // (failing) search instead of adding to its count, then try the other slots' slabs.
+        if (seen != empty_slot) {
+          slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed);
+        }
+        return steal(cls, slot, want);
+      }
+      std::uint32_t const capacity = class_capacity(cls);
+      std::uint32_t const take = want < capacity ? want : capacity;
+      std::uint32_t const gen = format_small(id, cls, take);
+      // acq_rel: publishes the formatted slab (its state was release-stored before) and, on
+      // failure, acquires the slab another thread installed.
+      if (slot_word.compare_exchange_strong(seen, make_slot(gen, id), acq_rel, acquire)) {
+        return {data(id), take};
+      }
+      // Another thread installed a slab first: ours was never seen by anyone, put it back and
+      // claim from theirs (`seen` now holds it).
+      retire(id);
+    }
+  }
+
+  /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left.
+  DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id, std::uint32_t count) const {
+    // acq_rel: every free of this slab happens-before the recycling thread formats it anew.
+    std::uint32_t const before = atomic(meta(id).remaining).fetch_sub(count, acq_rel);
+    if (before == count) {
+      retire(id);
+    }
+  }
+
+  /// Marks a claimed block allocated in a checked heap's bitmap.
+  DEVMR_HOST_DEVICE void mark_allocated(std::uint32_t id, std::size_t offset, unsigned cls) const {
+    std::size_t const block = offset >> (cls + min_block_shift);
+    atomic(check_bits(id)[block / 64]).fetch_or(std::uint64_t{1} << (block % 64), relaxed);
+  }
+
+  // ---- large blocks -------------------------------------------------------------------------
+
+  /// A run of whole slabs for one block of `bytes` (> max_small_bytes); nullptr when none is left.
+  DEVMR_HOST_DEVICE void* allocate_large(std::size_t bytes) const {
+    std::uint64_t const slabs = (bytes + slab_bytes - 1) >> slab_shift;
+    if (slabs > max_slabs_per_arena) {
+      return nullptr;
+    }
+    std::uint32_t const id = acquire_run(static_cast<std::uint32_t>(slabs));
+    if (id == no_slab) {
+      return nullptr;
+    }
+    slab_meta& m = meta(id);
+    std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
+    atomic(m.length).store(static_cast<std::uint32_t>(slabs), relaxed);
+    atomic(m.remaining).store(1u, relaxed);
+    atomic(m.state).store(make_state(gen, tag_large, sentinel_count), release);
+    return data(id);
+  }
+
+  // ---- frees --------------------------------------------------------------------------------
+
+  /// Checks a free on a checked heap, recording misuse; `done` when it already freed the block.
+  DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id, std::size_t offset) const {
+    slab_meta& m = meta(id);
+    std::uint64_t const state = atomic(m.state).load(acquire);
+    std::uint32_t const tag = state_tag(state);
+    if (tag < num_classes) {
+      unsigned const shift = tag + min_block_shift;
+      std::uint32_t const claimed =
+          state_count(state) < class_capacity(tag) ? state_count(state) : class_capacity(tag);
+      if ((offset & ((std::size_t{1} << shift) - 1)) != 0 || (offset >> shift) >= claimed) {
+        return count_misuse(h_->counters.invalid_frees);
+      }
+      std::size_t const block = offset >> shift;
+      std::uint64_t const bit = std::uint64_t{1} << (block % 64);
+      if ((atomic(check_bits(id)[block / 64]).fetch_and(~bit, relaxed) & bit) == 0) {
+        return count_misuse(h_->counters.double_frees);
+      }
+      return free_check::proceed;
+    }
+    if (tag == tag_large) {
+      if (offset != 0) {
+        return count_misuse(h_->counters.invalid_frees);
+      }
+      std::uint32_t expected = 1;
+      if (!atomic(m.remaining).compare_exchange_strong(expected, 0u, acq_rel, relaxed)) {
+        return count_misuse(h_->counters.double_frees);
+      }
+      retire(id);
+      return free_check::done;
+    }
+    return count_misuse(tag == tag_free ? h_->counters.double_frees : h_->counters.invalid_frees);
+  }
+
+  /// Frees one block from one thread (host paths and tests; kernels aggregate per warp).
+  DEVMR_HOST_DEVICE void free_one(void const* p) const {
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    if (p == nullptr) {
+      return;
+    }
+    if (!locate(p, id, offset)) {
+      count_misuse(h_->counters.invalid_frees);
+      return;
+    }
+    if (checked() && check_free(id, offset) != free_check::proceed) {
+      return;
+    }
+    free_blocks(id, 1);
+  }
+
+  DEVMR_HOST_DEVICE free_check count_misuse(std::uint64_t& counter) const {
+    atomic(counter).fetch_add(1, relaxed);
+    return free_check::rejected;
+  }
+
+  // ---- slab runs ----------------------------------------------------------------------------
+
+  /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
+  /// is the caller's to format.
+  DEVMR_HOST_DEVICE std::uint32_t acquire_run(std::uint32_t slabs) const {
+    unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
+    std::uint32_t id = pop(fits);
+    if (id != no_slab) {
+      return split(id, slabs);
+    }
+    id = take_fresh(slabs);
+    if (id != no_slab) {
+      return id;
+    }
+    for (unsigned c = fits + 1; c < run_classes; ++c) {
+      id = pop(c);
+      if (id != no_slab) {
+        return split(id, slabs);
+      }
+    }
+    if (fits > 0) {  // runs on the stack below may still be long enough
+      id = pop(fits - 1);
+      if (id != no_slab) {
+        if (atomic(meta(id).length).load(relaxed) >= slabs) {
+          return split(id, slabs);
+        }
+        push(id);
+      }
+    }
+    return no_slab;
+  }
+
+  /// Marks slab `id` (a small slab or a large run, no longer reachable by claims that could
+  /// succeed) free and puts it on its stack.
+  DEVMR_HOST_DEVICE void retire(std::uint32_t id) const {
+    slab_meta& m = meta(id);
+    std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
+    atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
+    push(id);
+  }
+
+ private:
+  /// Adds `want` to the count of slab `id` and keeps the blocks it got if the slab is of class
+  /// `cls`. A slot can name a slab that was recycled since (and perhaps formatted for another
+  /// class): blocks claimed there of another class are given back at once.
+  DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id,
+                                            unsigned cls,
+                                            std::uint32_t want) const {
+    // acquire: pairs with the release store of the state when the slab was formatted, so that
+    // the slab's previous blocks were freed (and its metadata reset) before we use it.
+    std::uint64_t const before = atomic(meta(id).state).fetch_add(want, acquire);
+    std::uint32_t const tag = state_tag(before);
+    std::uint32_t const count = state_count(before);
+    if (tag >= num_classes) {
+      return {nullptr, 0};
+    }
+    std::uint32_t const capacity = class_capacity(tag);
+    if (count >= capacity) {
+      return {nullptr, 0};
+    }
+    std::uint32_t const got = capacity - count < want ? capacity - count : want;
+    if (tag != cls) {
+      free_blocks(id, got);
+      return {nullptr, 0};
+    }
+    return {data(id) + (std::size_t{count} << (cls + min_block_shift)), got};
+  }
+
+  /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
+  DEVMR_HOST_DEVICE claim_result steal(unsigned cls, unsigned own, std::uint32_t want) const {
+    std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+    for (std::uint32_t s = 0; s < slots; ++s) {
+      std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
+      if (w == empty_slot) {
+        continue;
+      }
+      std::uint64_t const state = atomic(meta(slot_id(w)).state).load(relaxed);
+      if (state_tag(state) != cls || state_count(state) >= class_capacity(cls)) {
+        continue;
+      }
+      claim_result const got = claim_from(slot_id(w), cls, want);
+      if (got.count != 0) {
+        return got;
+      }
+    }
+    return {nullptr, 0};
+  }
+
+  /// Formats slab `id` for class `cls` with its first `claimed` blocks taken; returns its
+  /// generation.
+  DEVMR_HOST_DEVICE std::uint32_t format_small(std::uint32_t id,
+                                               unsigned cls,
+                                               std::uint32_t claimed) const {
+    slab_meta& m = meta(id);
+    std::uint32_t const gen = (state_gen(atomic(m.state).load(relaxed)) + 1) & 0xffffffu;
+    if (checked()) {
+      std::uint64_t* bits = check_bits(id);
+      std::uint32_t const words = (class_capacity(cls) + 63) / 64;
+      for (std::uint32_t w = 0; w < words; ++w) {
+        atomic(bits[w]).store(0, relaxed);
+      }
+    }
+    atomic(m.length).store(1u, relaxed);
+    atomic(m.remaining).store(class_capacity(cls), relaxed);
+    // release: the stores above (and the previous life of the slab) are visible to any thread
+    // whose claim reads this state.
+    atomic(m.state).store(make_state(gen, cls, claimed), release);
+    return gen;
+  }
+
+  /// Splits the free run at `id` (popped, so ours) into its first `slabs` slabs, which it
+  /// returns, and a remainder that goes back on a stack.
+  DEVMR_HOST_DEVICE std::uint32_t split(std::uint32_t id, std::uint32_t slabs) const {
+    std::uint32_t const length = atomic(meta(id).length).load(relaxed);
+    if (length > slabs) {
+      std::uint32_t const rest = id + slabs;  // runs never cross arenas: same arena bits
+      make_free_head(rest, length - slabs);
+      push(rest);
+    }
+    return id;
+  }
+
+  /// Takes `slabs` slabs that were never handed out from the first arena that has them.
+  DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs) const {
+    std::uint32_t const arenas = atomic(h_->arena_count).load(relaxed);
+    for (std::uint32_t a = 0; a < arenas; ++a) {
+      std::uint64_t const size = h_->arenas[a].slabs;
+      auto frontier = atomic(h_->frontier[a]);
+      if (frontier.load(relaxed) + slabs > size) {
+        continue;
+      }
+      std::uint64_t const first = frontier.fetch_add(slabs, relaxed);
+      if (first + slabs <= size) {
+        std::uint32_t const id = make_slab_id(a, static_cast<std::uint32_t>(first));
+        mark_body(id, slabs);
+        return id;
+      }
+      if (first < size) {  // we overshot the end: the slabs before it become a free run
+        std::uint32_t const id = make_slab_id(a, static_cast<std::uint32_t>(first));
+        auto const rest = static_cast<std::uint32_t>(size - first);
+        mark_body(id, rest);
+        make_free_head(id, rest);
+        push(id);
+      }
+    }
+    return no_slab;
+  }
+
+  /// Marks the slabs after the first of a fresh run as its body (for statistics scans).
+  DEVMR_HOST_DEVICE void mark_body(std::uint32_t id, std::uint32_t slabs) const {
+    for (std::uint32_t i = 1; i < slabs; ++i) {
+      atomic(meta(id + i).state).store(make_state(0, tag_body, sentinel_count), relaxed);
+    }
+  }
+
+  DEVMR_HOST_DEVICE void make_free_head(std::uint32_t id, std::uint32_t slabs) const {
+    slab_meta& m = meta(id);
+    std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
+    atomic(m.length).store(slabs, relaxed);
+    atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
+  }
+
+  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head).
+  DEVMR_HOST_DEVICE void push(std::uint32_t id) const {
+    slab_meta& m = meta(id);
+    auto head = atomic(h_->free_runs[floor_log2(atomic(m.length).load(relaxed))]);
+    std::uint64_t top = head.load(relaxed);
+    std::uint64_t next;
+    do {
+      atomic(m.next).store(static_cast<std::uint32_t>(top), relaxed);
+      next = (((top >> 32) + 1) << 32) | id;
+      // release: the run's metadata (and the frees that emptied it) are visible to its popper.
+    } while (!head.compare_exchange_weak(top, next, release, relaxed));
+  }
+
+  /// Pops a free run from stack `cls`, or no_slab.
+  DEVMR_HOST_DEVICE std::uint32_t pop(unsigned cls) const {
+    auto head = atomic(h_->free_runs[cls]);
+    // acquire: pairs with the push's release, so the run's metadata is read as pushed.
+    std::uint64_t top = head.load(acquire);
+    while (static_cast<std::uint32_t>(top) != no_slab) {
+      auto const id = static_cast<std::uint32_t>(top);
+      // Another thread may pop and reuse `id` meanwhile: then `next` is garbage, but the tag in
+      // the head has changed and the CAS fails.
+      std::uint32_t const next = atomic(meta(id).next).load(relaxed);
+      if (head.compare_exchange_weak(top, (((top >> 32) + 1) << 32) | next, acquire, acquire)) {
+        return id;
+      }
+    }
+    return no_slab;
+  }
+
+  heap_header* h_;
+};
+
+/// How many blocks of a slab are held by users, from its metadata alone (statistics scans).
+/// Returns the slab's class in `cls` (num_classes for large runs; false for free and body slabs).
+DEVMR_HOST_DEVICE inline bool slab_usage(slab_meta const& m, unsigned& cls, std::uint64_t& blocks) {
+  std::uint64_t const state = m.state;
+  std::uint32_t const tag = state_tag(state);
+  if (tag < num_classes) {
+    std::uint32_t const capacity = class_capacity(tag);
+    std::uint32_t const claimed = state_count(state) < capacity ? state_count(state) : capacity;
+    cls = tag;
+    blocks = claimed - (capacity - m.remaining);
+    return true;
+  }
+  if (tag == tag_large) {
+    cls = num_classes;
+    blocks = m.remaining;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace devmr::detail::heap

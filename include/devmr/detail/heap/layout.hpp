@@ -1,0 +1,147 @@
+#pragma once
+
+// The memory layout of a slab heap: constants, the header that kernels see, per-slab metadata and
+// the encodings of the words that are updated atomically. Everything here is plain data, shared
+// by host code (formatting, tests over host memory) and device code.
+
+#include <devmr/detail/config.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+/// A slab is the unit the heap hands out: 256 KiB, aligned to its size within its arena.
+inline constexpr unsigned slab_shift = 18;
+inline constexpr std::size_t slab_bytes = std::size_t{1} << slab_shift;
+
+/// Small blocks come from slabs of one size class: powers of two from 16 B to half a slab.
+inline constexpr unsigned min_block_shift = 4;
+inline constexpr unsigned max_small_shift = slab_shift - 1;
+inline constexpr unsigned num_classes = max_small_shift - min_block_shift + 1;
+inline constexpr std::size_t max_small_bytes = std::size_t{1} << max_small_shift;
+
+/// Blocks per slab of the smallest class: the size of a slab's bitmap in checked heaps.
+inline constexpr std::size_t max_blocks_per_slab = slab_bytes >> min_block_shift;
+inline constexpr std::size_t check_words_per_slab = max_blocks_per_slab / 64;
+
+/// A heap holds at most this many arenas (grow in larger steps past that).
+inline constexpr unsigned max_arenas = 64;
+/// Current-slab slots per size class; a warp uses the slot of its SM (masked).
+inline constexpr unsigned max_slots = 256;
+/// Free runs of slabs are kept in stacks by floor(log2(length)).
+inline constexpr unsigned run_classes = 32;
+
+/// A slab id names a slab by arena and index: arena in the top 6 bits, index in the low 26.
+inline constexpr unsigned arena_id_shift = 26;
+inline constexpr std::uint32_t slab_index_mask = (std::uint32_t{1} << arena_id_shift) - 1;
+inline constexpr std::uint64_t max_slabs_per_arena = std::uint64_t{1} << arena_id_shift;
+inline constexpr std::uint32_t no_slab = 0xffffffffu;
+
+DEVMR_HOST_DEVICE constexpr std::uint32_t make_slab_id(std::uint32_t arena, std::uint32_t index) {
+  return (arena << arena_id_shift) | index;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t arena_of(std::uint32_t id) {
+  return id >> arena_id_shift;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t index_of(std::uint32_t id) {
+  return id & slab_index_mask;
+}
+
+/// What a slab's state word says it is. Values below num_classes are small-block classes.
+enum slab_tag : std::uint32_t {
+  tag_large = 0x80,  ///< first slab of a run that holds one large block
+  tag_free = 0x81,   ///< first slab of a free run (on a stack, or being split)
+  tag_body = 0x82,   ///< any later slab of a run; its head says what the run is
+};
+
+/// The state word of a slab: generation (24 bits) | tag (8 bits) | claimed count (32 bits).
+/// Small slabs hand out blocks by adding to the count; a count at or past the capacity means the
+/// slab is exhausted. Large, free and body slabs hold `sentinel_count`, so that a stale add (a
+/// thread that read an old current-slab slot) finds nothing to claim there.
+inline constexpr std::uint64_t sentinel_count = std::uint64_t{1} << 31;
+
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_state(std::uint32_t gen,
+                                                     std::uint32_t tag,
+                                                     std::uint64_t count) {
+  return (std::uint64_t{gen & 0xffffffu} << 40) | (std::uint64_t{tag & 0xffu} << 32) | count;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t state_gen(std::uint64_t s) {
+  return static_cast<std::uint32_t>(s >> 40);
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t state_tag(std::uint64_t s) {
+  return static_cast<std::uint32_t>(s >> 32) & 0xffu;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
+  return static_cast<std::uint32_t>(s);
+}
+
+/// A current-slab slot: generation (24 bits, as in the slab's state word) | slab id (32 bits).
+/// Comparing the whole word in a CAS keeps a thread that saw an old generation from replacing a
+/// slab that was recycled and installed again since.
+inline constexpr std::uint64_t empty_slot = ~std::uint64_t{0};
+
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t gen, std::uint32_t id) {
+  return (std::uint64_t{gen & 0xffffffu} << 32) | id;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t slot_id(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w);
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t slot_gen(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w >> 32);
+}
+
+/// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
+inline constexpr std::uint64_t empty_stack = no_slab;
+
+/// Metadata of one slab, kept apart from the slab's memory; 32 bytes, so that atomics on two
+/// slabs never share an L2 sector.
+struct alignas(32) slab_meta {
+  std::uint64_t state;      ///< see make_state; updated atomically
+  std::uint32_t remaining;  ///< blocks not yet freed (capacity at format, 1 for a large run)
+  std::uint32_t next;       ///< the run below this one on its free stack
+  std::uint32_t length;     ///< run length in slabs (heads only)
+  std::uint32_t unused[3];
+};
+static_assert(sizeof(slab_meta) == 32);
+
+/// One arena: a slab-aligned range of memory taken from the pool, with its metadata. Written by
+/// the host before the arena is published through heap_header::arena_count; never changed after.
+struct arena_desc {
+  std::byte* base;            ///< first slab
+  slab_meta* meta;            ///< one per slab
+  std::uint64_t* check_bits;  ///< check_words_per_slab words per slab on checked heaps, else null
+  std::uint64_t slabs;        ///< number of slabs
+};
+
+/// Misuse and failure counters, written with relaxed atomics off the fast path.
+struct heap_counters {
+  std::uint64_t failed_allocations;  ///< allocations that returned nullptr for lack of memory
+  std::uint64_t bad_alignments;      ///< alignments that are not a power of two (or > a slab)
+  std::uint64_t invalid_frees;       ///< pointers that no block of this heap starts at
+  std::uint64_t double_frees;        ///< blocks freed when already free (checked heaps)
+};
+
+/// Everything kernels need, in device-accessible memory; a slab_ref points at it.
+struct heap_header {
+  arena_desc arenas[max_arenas];
+  std::uint64_t frontier[max_arenas];  ///< slabs of each arena handed out at least once
+  std::uint32_t arena_count;           ///< arenas[0, arena_count) are published
+  std::uint32_t slot_mask;             ///< slots in use per class, minus one (a power of two)
+  std::uint32_t checked;               ///< nonzero: validate every free, keep block bitmaps
+  std::uint32_t unused;
+  std::uint64_t free_runs[run_classes];  ///< Treiber stack heads (see empty_stack)
+  heap_counters counters;
+  alignas(128) std::uint64_t slots[num_classes][max_slots];
+};
+
+/// Capacity in blocks of a slab of class `cls`.
+DEVMR_HOST_DEVICE constexpr std::uint32_t class_capacity(unsigned cls) {
+  return static_cast<std::uint32_t>(slab_bytes >> (cls + min_block_shift));
+}
+/// Block size of class `cls`.
+DEVMR_HOST_DEVICE constexpr std::size_t class_bytes(unsigned cls) {
+  return std::size_t{1} << (cls + min_block_shift);
+}
+
+}  // namespace devmr::detail::heap

@@ -1,0 +1,358 @@
+// The slab heap's lock-free core, driven from many std::threads on host memory: the same code
+// kernels run. Blocks are tagged at both ends and marked in a granule table, so a block handed out
+// twice, or two live blocks that overlap, fail the test.
+
+#include <devmr/detail/heap/format.hpp>
+#include <devmr/detail/heap/heap_core.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace devmr::detail::heap;
+
+/// A heap over host memory: header, arenas and their metadata.
+class host_heap {
+ public:
+  host_heap(std::vector<std::uint64_t> const& arena_slabs, bool checked)
+      : header_{std::make_unique<heap_header>()} {
+    initialize(*header_, checked);
+    for (std::uint64_t slabs : arena_slabs) {
+      auto* base = static_cast<std::byte*>(std::aligned_alloc(slab_bytes, slabs * slab_bytes));
+      auto* meta = static_cast<slab_meta*>(std::aligned_alloc(64, slabs * sizeof(slab_meta)));
+      // Poison what the heap must format lazily: it may not rely on zeroed memory.
+      std::memset(static_cast<void*>(meta), 0xa5, slabs * sizeof(slab_meta));
+      std::uint64_t* bits = nullptr;
+      if (checked) {
+        bits = static_cast<std::uint64_t*>(
+            std::aligned_alloc(64, slabs * check_words_per_slab * sizeof(std::uint64_t)));
+        std::memset(bits, 0xa5, slabs * check_words_per_slab * sizeof(std::uint64_t));
+      }
+      add_arena(*header_, arena_desc{base, meta, bits, slabs});
+      memory_.push_back(base);
+      memory_.push_back(meta);
+      memory_.push_back(bits);
+    }
+  }
+  ~host_heap() {
+    for (void* p : memory_) {
+      std::free(p);
+    }
+  }
+  host_heap(host_heap const&) = delete;
+  host_heap& operator=(host_heap const&) = delete;
+
+  heap_core core() const { return heap_core{header_.get()}; }
+  heap_header& header() const { return *header_; }
+
+  /// Blocks held by users, summed over every formatted slab (what the statistics kernel does).
+  std::uint64_t blocks_in_use() const {
+    std::uint64_t total = 0;
+    for (std::uint32_t a = 0; a < header_->arena_count; ++a) {
+      auto const& arena = header_->arenas[a];
+      for (std::uint64_t s = 0; s < header_->frontier[a] && s < arena.slabs; ++s) {
+        unsigned cls;
+        std::uint64_t blocks;
+        if (slab_usage(arena.meta[s], cls, blocks)) {
+          total += blocks;
+        }
+      }
+    }
+    return total;
+  }
+
+  std::uint64_t total_slabs() const {
+    std::uint64_t total = 0;
+    for (std::uint32_t a = 0; a < header_->arena_count; ++a) {
+      total += header_->arenas[a].slabs;
+    }
+    return total;
+  }
+
+ private:
+  std::unique_ptr<heap_header> header_;
+  std::vector<void*> memory_;
+};
+
+/// One byte per 16-byte granule of every arena: set while a live block starts there.
+class granule_table {
+ public:
+  explicit granule_table(host_heap const& heap) : heap_{heap} {
+    for (std::uint32_t a = 0; a < heap.header().arena_count; ++a) {
+      owners_.emplace_back(heap.header().arenas[a].slabs * (slab_bytes / 16));
+    }
+  }
+  /// False when the block starting at p was already live.
+  bool take(void* p) { return !slot(p).exchange(true); }
+  /// False when the block starting at p was not live.
+  bool give(void* p) { return slot(p).exchange(false); }
+
+ private:
+  std::atomic<bool>& slot(void* p) {
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    REQUIRE(heap_.core().locate(p, id, offset));
+    return owners_[arena_of(id)][(std::size_t{index_of(id)} * slab_bytes + offset) / 16];
+  }
+  host_heap const& heap_;
+  std::vector<std::vector<std::atomic<bool>>> owners_;
+};
+
+struct live_block {
+  std::uint32_t* first;
+  std::uint32_t* last;
+  std::uint32_t tag;
+};
+
+std::size_t block_size(unsigned cls) {
+  return class_bytes(cls);
+}
+
+/// Tags a block at both ends; another live block overlapping it would overwrite a tag.
+live_block tag_block(void* p, std::size_t bytes, std::uint32_t tag) {
+  auto* first = static_cast<std::uint32_t*>(p);
+  auto* last = reinterpret_cast<std::uint32_t*>(static_cast<std::byte*>(p) + bytes - 4);
+  *first = tag;
+  *last = ~tag;
+  return {first, last, tag};
+}
+
+bool tags_intact(live_block const& b) {
+  return *b.first == b.tag && *b.last == ~b.tag;
+}
+
+}  // namespace
+
+TEST_CASE("size classes cover 16 B to half a slab", "[heap][core]") {
+  STATIC_REQUIRE(class_bytes(0) == 16);
+  STATIC_REQUIRE(class_bytes(num_classes - 1) == max_small_bytes);
+  STATIC_REQUIRE(class_capacity(0) * 16 == slab_bytes);
+  STATIC_REQUIRE(class_capacity(num_classes - 1) == 2);
+  CHECK(ceil_log2(1) == 0);
+  CHECK(ceil_log2(17) == 5);
+  CHECK(floor_log2(17) == 4);
+  CHECK(floor_log2(std::uint64_t{1} << 40) == 40);
+}
+
+TEST_CASE("a claim hands out consecutive aligned blocks of one slab", "[heap][core]") {
+  host_heap heap{{16}, false};
+  auto core = heap.core();
+  for (unsigned cls = 0; cls < num_classes; ++cls) {
+    claim_result const got = core.claim(cls, 0, 3);
+    REQUIRE(got.count == (class_capacity(cls) < 3 ? class_capacity(cls) : 3));
+    CHECK(reinterpret_cast<std::uintptr_t>(got.first) % block_size(cls) == 0);
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    REQUIRE(core.locate(got.first, id, offset));
+    CHECK(offset + got.count * block_size(cls) <= slab_bytes);
+  }
+  CHECK(heap.blocks_in_use() == 3 * (num_classes - 1) + 2);
+}
+
+TEST_CASE("an exhausted slab is replaced and recycled once all its blocks are freed",
+          "[heap][core]") {
+  host_heap heap{{4}, false};
+  auto core = heap.core();
+  unsigned const cls = num_classes - 3;  // 32 KiB blocks, 8 per slab
+  std::vector<void*> blocks;
+  for (int i = 0; i < 12; ++i) {
+    claim_result const got = core.claim(cls, 0, 1);
+    REQUIRE(got.count == 1);
+    blocks.push_back(got.first);
+  }
+  CHECK(heap.header().frontier[0] == 2);
+  CHECK(heap.blocks_in_use() == 12);
+  for (int i = 0; i < 8; ++i) {  // the first slab: exhausted, now empty
+    core.free_one(blocks[i]);
+  }
+  CHECK(static_cast<std::uint32_t>(heap.header().free_runs[0]) != no_slab);
+  CHECK(heap.blocks_in_use() == 4);
+  for (int i = 8; i < 12; ++i) {
+    core.free_one(blocks[i]);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+}
+
+TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers after frees",
+          "[heap][core]") {
+  host_heap heap{{6, 3}, false};
+  auto core = heap.core();
+  std::vector<void*> small;
+  std::vector<void*> large;
+  // Large runs first, then fill what is left with 4 KiB blocks until the heap says no.
+  for (;;) {
+    void* p = core.allocate_large(2 * slab_bytes);
+    if (p == nullptr) {
+      break;
+    }
+    large.push_back(p);
+  }
+  CHECK(large.size() == 4);  // 3 runs of 2 in the first arena, 1 in the second
+  for (;;) {
+    claim_result const got = core.claim(8, 0, 5);
+    if (got.count == 0) {
+      break;
+    }
+    for (std::uint32_t i = 0; i < got.count; ++i) {
+      small.push_back(got.first + i * 4096);
+    }
+  }
+  // 6 + 3 slabs: 8 in large runs, the last one (and the tail of the first arena) for 4 KiB blocks.
+  CHECK(small.size() == class_capacity(8));
+  CHECK(heap.blocks_in_use() == small.size() + large.size());
+  for (void* p : large) {
+    core.free_one(p);
+  }
+  for (void* p : small) {
+    core.free_one(p);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  // Everything is back: a run as long as the first arena's free slabs... and blocks again.
+  void* big = core.allocate_large(2 * slab_bytes);
+  CHECK(big != nullptr);
+  CHECK(core.claim(0, 0, 32).count == 32);
+}
+
+TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[heap][core]") {
+  host_heap heap{{4}, true};
+  auto core = heap.core();
+  claim_result const got = core.claim(2, 0, 2);  // two 64-byte blocks
+  REQUIRE(got.count == 2);
+  for (std::uint32_t i = 0; i < got.count; ++i) {
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    REQUIRE(core.locate(got.first + 64 * i, id, offset));
+    core.mark_allocated(id, offset, 2);
+  }
+  int outside = 0;
+  core.free_one(&outside);            // not in the heap
+  core.free_one(got.first + 8);       // inside a block, not at its start
+  core.free_one(got.first + 64 * 5);  // a block never handed out
+  core.free_one(got.first);
+  core.free_one(got.first);  // double
+  CHECK(heap.header().counters.invalid_frees == 3);
+  CHECK(heap.header().counters.double_frees == 1);
+  CHECK(heap.blocks_in_use() == 1);
+  void* large = core.allocate_large(3 * slab_bytes);
+  REQUIRE(large != nullptr);
+  core.free_one(large);
+  core.free_one(large);
+  CHECK(heap.header().counters.double_frees == 2);
+  core.free_one(got.first + 64);
+  CHECK(heap.blocks_in_use() == 0);
+}
+
+namespace {
+
+/// Each thread claims groups of blocks (like a warp's aggregated claim) of random classes, large
+/// blocks now and then, tags them and frees random ones; returns the number of failures seen.
+void churn(host_heap& heap,
+           granule_table& granules,
+           unsigned thread,
+           int operations,
+           std::atomic<int>& errors,
+           std::atomic<std::uint64_t>& handed_out) {
+  auto core = heap.core();
+  std::mt19937 random{thread * 7919u + 1};
+  std::vector<std::pair<live_block, std::size_t>> live;
+  auto give_back = [&](std::size_t i) {
+    auto [block, bytes] = live[i];
+    if (!tags_intact(block) || !granules.give(block.first)) {
+      ++errors;
+    }
+    core.free_one(block.first);
+    live[i] = live.back();
+    live.pop_back();
+  };
+  std::uint32_t tag = thread << 24;
+  unsigned const slots = heap.header().slot_mask + 1;
+  for (int op = 0; op < operations; ++op) {
+    if (live.size() > 400 || (!live.empty() && random() % 100 < 45)) {
+      give_back(random() % live.size());
+      continue;
+    }
+    if (random() % 512 == 0) {
+      std::size_t const bytes = max_small_bytes + 1 + random() % (3 * slab_bytes);
+      void* p = core.allocate_large(bytes);
+      if (p != nullptr) {
+        if (!granules.take(p)) {
+          ++errors;
+        }
+        live.emplace_back(tag_block(p, bytes, ++tag), bytes);
+        ++handed_out;
+      }
+      continue;
+    }
+    unsigned const cls = random() % 9;  // 16 B .. 4 KiB, like the benchmark's mixed sizes
+    std::uint32_t want = 1 + random() % 32;
+    while (want > 0) {
+      claim_result const got = core.claim(cls, thread % slots, want);
+      if (got.count == 0) {
+        break;  // out of memory: a legal answer, the live set shrinks next
+      }
+      for (std::uint32_t i = 0; i < got.count; ++i) {
+        void* p = got.first + i * block_size(cls);
+        if (!granules.take(p)) {
+          ++errors;
+        }
+        live.emplace_back(tag_block(p, block_size(cls), ++tag), block_size(cls));
+      }
+      handed_out += got.count;
+      want -= got.count;
+    }
+  }
+  while (!live.empty()) {
+    give_back(live.size() - 1);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("many threads churning blocks never share one, and every block comes back",
+          "[heap][core][threads]") {
+  unsigned const threads = std::max(8u, std::thread::hardware_concurrency());
+  int const operations = 400000;
+  // Small enough that slabs must be recycled many times over, and that threads run out now and
+  // then; two arenas, so that lookups and fresh slabs cross arena boundaries.
+  host_heap heap{{160, 96}, false};
+  granule_table granules{heap};
+  std::atomic<int> errors{0};
+  std::atomic<std::uint64_t> handed_out{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back(churn, std::ref(heap), std::ref(granules), t, operations, std::ref(errors),
+                      std::ref(handed_out));
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+  CHECK(errors == 0);
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().counters.invalid_frees == 0);
+  // Far more blocks than the heap can hold at once went through it: slabs were recycled.
+  std::uint64_t const capacity_in_small_blocks = heap.total_slabs() * class_capacity(8);
+  CHECK(handed_out > 4 * capacity_in_small_blocks);
+  // Every slab is free again: one run of at least half the first arena can be allocated...
+  auto core = heap.core();
+  std::vector<void*> runs;
+  for (void* p; (p = core.allocate_large(slab_bytes)) != nullptr;) {
+    runs.push_back(p);
+  }
+  // ...and, slab by slab, every slab of the heap is free (none is stuck in a slot or lost).
+  std::uint64_t held_by_slots = 0;
+  for (auto const& cls : heap.header().slots) {
+    for (std::uint64_t slot : cls) {
+      held_by_slots += slot != empty_slot ? 1 : 0;
+    }
+  }
+  CHECK(runs.size() + held_by_slots >= heap.total_slabs() - num_classes);
+  CHECK(runs.size() + held_by_slots <= heap.total_slabs());
+}

@@ -1,0 +1,157 @@
+// The coalescing free list under pool_resource, on plain addresses (no memory is touched).
+
+#include <devmr/detail/pool/free_list.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+using devmr::detail::free_block;
+using devmr::detail::free_list;
+using devmr::detail::pool_granule;
+
+namespace {
+constexpr std::uintptr_t arena_a = std::uintptr_t{1} << 30;
+constexpr std::uintptr_t arena_b = arena_a + (std::uintptr_t{64} << 20);  // right after arena a
+constexpr std::size_t mib = std::size_t{1} << 20;
+}  // namespace
+
+TEST_CASE("free_list splits a range and takes the front", "[pool][free_list]") {
+  free_list list;
+  list.insert({arena_a, 4 * mib, arena_a});
+  auto const block = list.take(1024, 256);
+  REQUIRE(block);
+  CHECK(block->address == arena_a);
+  CHECK(block->size == 1024);
+  CHECK(block->arena == arena_a);
+  CHECK(list.ranges() == 1);
+  CHECK(list.free_bytes() == 4 * mib - 1024);
+  CHECK(list.largest() == 4 * mib - 1024);
+  auto const second = list.take(pool_granule, 256);
+  REQUIRE(second);
+  CHECK(second->address == arena_a + 1024);
+}
+
+TEST_CASE("free_list merges with both neighbours, only within an arena", "[pool][free_list]") {
+  free_list list;
+  list.insert({arena_a, 256, arena_a});
+  list.insert({arena_a + 512, 256, arena_a});
+  CHECK(list.ranges() == 2);
+  list.insert({arena_a + 256, 256, arena_a});  // fills the gap: all three become one
+  CHECK(list.ranges() == 1);
+  CHECK(list.largest() == 768);
+  CHECK(list.free_bytes() == 768);
+
+  // Right neighbour only, then left neighbour only.
+  list.insert({arena_a + 1024, 256, arena_a});
+  list.insert({arena_a + 768, 256, arena_a});
+  CHECK(list.ranges() == 1);
+  CHECK(list.largest() == 1280);
+
+  // Two arenas that touch in address space never merge: each must go back to the driver whole.
+  free_list two;
+  two.insert({arena_b - 256, 256, arena_a});
+  two.insert({arena_b, 256, arena_b});
+  CHECK(two.ranges() == 2);
+  CHECK(two.largest() == 256);
+}
+
+TEST_CASE("free_list picks the best fit", "[pool][free_list]") {
+  free_list list;
+  // Ranges of 4, 1, 2 KiB separated by gaps so that they do not merge.
+  list.insert({arena_a, 4096, arena_a});
+  list.insert({arena_a + 8192, 1024, arena_a});
+  list.insert({arena_a + 16384, 2048, arena_a});
+  auto const a = list.take(1024, 256);
+  REQUIRE(a);
+  CHECK(a->address == arena_a + 8192);  // exact fit
+  auto const b = list.take(1536, 256);
+  REQUIRE(b);
+  CHECK(b->address == arena_a + 16384);  // 2 KiB is the smallest that holds 1.5 KiB
+  CHECK(list.free_bytes() == 4096 + 512);
+  auto const c = list.take(4096, 256);
+  REQUIRE(c);
+  CHECK(c->address == arena_a);
+  CHECK_FALSE(list.take(1024, 256));  // only 512 bytes left
+}
+
+TEST_CASE("free_list honours alignments up to 1 MiB and keeps the padding free",
+          "[pool][free_list]") {
+  for (std::size_t alignment = 1; alignment <= mib; alignment *= 2) {
+    CAPTURE(alignment);
+    free_list list;
+    // The range starts one granule past a 1 MiB boundary: every alignment above the granule
+    // needs front padding.
+    std::uintptr_t const start = arena_a + pool_granule;
+    list.insert({start, 8 * mib, arena_a});
+    auto const block = list.take(4096, alignment);
+    REQUIRE(block);
+    CHECK(block->address % alignment == 0);
+    CHECK(block->address % pool_granule == 0);
+    CHECK(block->address >= start);
+    CHECK(block->address + 4096 <= start + 8 * mib);
+    // Padding and tail stay free: nothing is lost.
+    CHECK(list.free_bytes() == 8 * mib - 4096);
+    // Giving the block back restores one whole range.
+    list.insert(*block);
+    CHECK(list.ranges() == 1);
+    CHECK(list.largest() == 8 * mib);
+  }
+}
+
+TEST_CASE("free_list finds an aligned fit past many unaligned candidates", "[pool][free_list]") {
+  free_list list;
+  // 64 ranges of 8 KiB that all start 256 bytes past a 64 KiB boundary: none holds 8 KiB at
+  // 64 KiB alignment. Then one big range that does.
+  for (std::uintptr_t i = 0; i < 64; ++i) {
+    list.insert({arena_a + i * 65536 + 256, 8192, arena_a});
+  }
+  list.insert({arena_b + 256, 256 * 1024, arena_b});
+  auto const block = list.take(8192, 65536);
+  REQUIRE(block);
+  CHECK(block->address % 65536 == 0);
+  CHECK(block->arena == arena_b);
+}
+
+TEST_CASE("free_list runs dry and recovers after frees", "[pool][free_list]") {
+  free_list list;
+  list.insert({arena_a, mib, arena_a});
+  std::vector<free_block> taken;
+  while (auto const block = list.take(4096, 256)) {
+    taken.push_back(*block);
+  }
+  CHECK(taken.size() == mib / 4096);
+  CHECK(list.empty());
+  CHECK(list.free_bytes() == 0);
+  CHECK_FALSE(list.take(256, 256));
+
+  // Free in a random order: everything merges back into the one range.
+  std::mt19937 rng{42};
+  std::shuffle(taken.begin(), taken.end(), rng);
+  for (auto const& block : taken) {
+    list.insert(block);
+  }
+  CHECK(list.ranges() == 1);
+  CHECK(list.largest() == mib);
+  CHECK(list.remove_exact(arena_a, mib));
+  CHECK(list.empty());
+}
+
+TEST_CASE("free_list absorbs another list", "[pool][free_list]") {
+  free_list a;
+  free_list b;
+  a.insert({arena_a, 256, arena_a});
+  b.insert({arena_a + 256, 256, arena_a});
+  b.insert({arena_a + 4096, 256, arena_a});
+  a.absorb(b);
+  CHECK(b.empty());
+  CHECK(b.free_bytes() == 0);
+  CHECK(a.ranges() == 2);
+  CHECK(a.free_bytes() == 768);
+  CHECK_FALSE(a.remove_exact(arena_a, 256));  // merged: the range at arena_a is 512 bytes now
+  CHECK(a.remove_exact(arena_a, 512));
+}

@@ -1,0 +1,120 @@
+#pragma once
+
+// The device fast path of slab_ref: allocate and free from kernels, a warp at a time. Threads of a
+// warp that ask for the same size class share one claim (one atomic on the current slab of their
+// SM's slot); threads that free blocks of one slab share one subtraction.
+
+#include <devmr/detail/heap/heap_core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+__device__ __forceinline__ unsigned lane_id() {
+  unsigned lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  return sm;
+}
+
+/// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
+__device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0) {
+    return nullptr;
+  }
+  heap_core const core{h};
+  if (!is_power_of_two(alignment) || alignment > slab_bytes) {
+    atomic(h->counters.bad_alignments).fetch_add(1, relaxed);
+    return nullptr;
+  }
+  std::size_t const size = bytes > alignment ? bytes : alignment;
+  if (size > max_small_bytes) {
+    void* p = core.allocate_large(size);
+    if (p == nullptr) {
+      atomic(h->counters.failed_allocations).fetch_add(1, relaxed);
+    }
+    return p;
+  }
+  unsigned const cls =
+      size <= (std::size_t{1} << min_block_shift) ? 0u : ceil_log2(size) - min_block_shift;
+  unsigned const shift = cls + min_block_shift;
+
+  // The threads of this warp that want this class: one leader claims for all of them.
+  unsigned const active = __activemask();
+  unsigned const peers = __match_any_sync(active, cls);
+  unsigned const lane = lane_id();
+  unsigned const leader = __ffs(peers) - 1;
+  unsigned const rank = __popc(peers & ((1u << lane) - 1u));
+  unsigned const wanted = __popc(peers);
+  unsigned const slot = sm_id() & h->slot_mask;
+
+  std::byte* mine = nullptr;
+  unsigned served = 0;
+  while (served < wanted) {  // uniform across peers: every value below is broadcast
+    std::byte* first = nullptr;
+    unsigned count = 0;
+    if (lane == leader) {
+      claim_result const got = core.claim(cls, slot, wanted - served);
+      first = got.first;
+      count = got.count;
+    }
+    count = __shfl_sync(peers, count, leader);
+    if (count == 0) {
+      break;
+    }
+    first = reinterpret_cast<std::byte*>(
+        __shfl_sync(peers, reinterpret_cast<unsigned long long>(first), leader));
+    if (rank >= served && rank < served + count) {
+      mine = first + (std::size_t{rank - served} << shift);
+    }
+    served += count;
+  }
+  if (served < wanted && lane == leader) {
+    atomic(h->counters.failed_allocations).fetch_add(wanted - served, relaxed);
+  }
+  if (mine != nullptr && core.checked()) {
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    core.locate(mine, id, offset);
+    core.mark_allocated(id, offset, cls);
+  }
+  return mine;
+}
+
+/// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
+__device__ inline void device_deallocate(heap_header* h, void const* p) {
+  if (p == nullptr) {
+    return;
+  }
+  heap_core const core{h};
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  if (!core.locate(p, id, offset)) {
+    core.count_misuse(h->counters.invalid_frees);
+    return;
+  }
+  if (core.checked() && core.check_free(id, offset) != free_check::proceed) {
+    return;
+  }
+  // The threads of this warp freeing blocks of the same slab: one subtraction for all.
+  unsigned const active = __activemask();
+  unsigned const peers = __match_any_sync(active, id);
+  if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
+    core.free_blocks(id, __popc(peers));
+  }
+}
+
+/// True when `p` lies in one of the heap's arenas.
+__device__ inline bool device_owns(heap_header* h, void const* p) {
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  return heap_core{h}.locate(p, id, offset);
+}
+
+}  // namespace devmr::detail::heap

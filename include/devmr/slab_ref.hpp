@@ -1,0 +1,135 @@
+#pragma once
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/layout.hpp>
+#include <devmr/memory_kind.hpp>
+
+#include <cuda/memory_resource>
+
+#include <cstddef>
+#include <type_traits>
+
+namespace devmr {
+
+template <memory_kind Kind>
+class slab_heap;
+
+namespace detail::heap {
+// The host side of a slab_ref: stream-ordered launches and a wait (device/slab_heap.cu).
+void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment);
+void host_deallocate(heap_header* h, void const* p);
+bool host_owns(heap_header const* h, void const* p) noexcept;
+}  // namespace detail::heap
+
+/// @brief A cooperative group that can elect a leader and synchronize (cooperative_groups types).
+template <class Group>
+concept thread_group = requires(Group const& g) {
+  g.thread_rank();
+  g.size();
+  g.sync();
+};
+
+/**
+ * @brief A non-owning, trivially copyable reference to a slab_heap: what kernels take by value.
+ *
+ * In device code `allocate` and `deallocate` run lock-free from any number of threads at once:
+ * a warp's requests of one size class share one atomic, and so do its frees of one slab. A
+ * request that cannot be served returns `nullptr` and is counted (slab_heap::stats); so is an
+ * alignment that is not a power of two or is above 256 KiB. `allocate(0)` returns `nullptr` and is
+ * no failure; `deallocate(nullptr, ...)` does nothing. Every block is aligned to at least 16
+ * bytes and to the requested alignment.
+ *
+ * In host code the same calls take a slow path (a launch on the calling thread's default stream
+ * and a wait) and throw like any host resource: `std::invalid_argument` for a bad alignment,
+ * `devmr::out_of_memory` when the heap cannot serve. So a slab_ref is a
+ * `cuda::mr::resource_with<device_accessible>` and converts to `cuda::mr::resource_ref`. Blocks
+ * can be freed from either side, whichever side allocated them.
+ *
+ * @tparam Kind the memory kind of the pool the heap draws from
+ */
+template <memory_kind Kind = memory_kind::device>
+class slab_ref {
+ public:
+  /// Alignment of every block when none is asked for.
+  static constexpr std::size_t default_alignment = 16;
+
+  /// @brief A reference to no heap; only assignment, comparison and destruction are valid.
+  slab_ref() = default;
+
+  /**
+   * @brief Allocates a block of at least `bytes` bytes.
+   * @return the block, or nullptr (device code: no memory left, or a bad alignment, counted)
+   * @throw std::invalid_argument (host) alignment not a power of two, or above 256 KiB
+   * @throw devmr::out_of_memory (host) the heap cannot serve the request
+   */
+  DEVMR_HOST_DEVICE void* allocate(std::size_t bytes,
+                                   std::size_t alignment = default_alignment) const;
+
+  /// @brief Frees a block of this heap. `bytes` and `alignment` are those of the allocation.
+  DEVMR_HOST_DEVICE void deallocate(void const* p,
+                                    std::size_t bytes,
+                                    std::size_t alignment = default_alignment) const;
+
+  /// @brief CCCL >= 3.1 spelling of allocate.
+  DEVMR_HOST_DEVICE void* allocate_sync(std::size_t bytes,
+                                        std::size_t alignment = default_alignment) const {
+    return allocate(bytes, alignment);
+  }
+  /// @brief CCCL >= 3.1 spelling of deallocate.
+  DEVMR_HOST_DEVICE void deallocate_sync(void const* p,
+                                         std::size_t bytes,
+                                         std::size_t alignment = default_alignment) const {
+    deallocate(p, bytes, alignment);
+  }
+
+#if defined(__CUDACC__)
+  /**
+   * @brief One block for a whole group: the group's first thread allocates, every member gets
+   * the same pointer. Every member of `g` must call it.
+   */
+  template <thread_group Group>
+  __device__ void* allocate(Group const& g,
+                            std::size_t bytes,
+                            std::size_t alignment = default_alignment) const;
+
+  /// @brief Frees a block allocated for group `g`, once all members are past their last use.
+  template <thread_group Group>
+  __device__ void deallocate(Group const& g,
+                             void const* p,
+                             std::size_t bytes,
+                             std::size_t alignment = default_alignment) const;
+#endif
+
+  /// @brief True when `p` lies in memory of this heap.
+  DEVMR_HOST_DEVICE bool owns(void const* p) const noexcept;
+
+  /// @brief Two refs are equal when they refer to the same heap.
+  DEVMR_HOST_DEVICE friend bool operator==(slab_ref const& a, slab_ref const& b) noexcept {
+    return a.header_ == b.header_;
+  }
+  DEVMR_HOST_DEVICE friend bool operator!=(slab_ref const& a, slab_ref const& b) noexcept {
+    return !(a == b);
+  }
+
+  /// @brief Blocks are device accessible.
+  DEVMR_HOST_DEVICE friend void get_property(slab_ref const&,
+                                             cuda::mr::device_accessible) noexcept {}
+  /// @brief Blocks of managed and pinned heaps are host accessible too.
+  template <memory_kind K = Kind>
+  requires(is_host_accessible(K)) DEVMR_HOST_DEVICE
+      friend void get_property(slab_ref const&, cuda::mr::host_accessible) noexcept {}
+
+ private:
+  friend class slab_heap<Kind>;
+  DEVMR_HOST_DEVICE explicit slab_ref(detail::heap::heap_header* header) noexcept
+      : header_{header} {}
+
+  detail::heap::heap_header* header_ = nullptr;
+};
+
+static_assert(std::is_trivially_copyable_v<slab_ref<>>);
+static_assert(sizeof(slab_ref<>) == sizeof(void*));
+
+}  // namespace devmr
+
+#include <devmr/detail/heap/slab_ref.inl>

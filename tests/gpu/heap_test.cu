@@ -1,0 +1,610 @@
+// The slab heap on the GPU: every block tagged at both ends and checked for overlap by sorting,
+// alignment, out-of-memory storms, churn, groups, frees across the host/device line, growth,
+// checked heaps, host threads beside kernels.
+
+#include <devmr/slab_heap.hpp>
+
+#include <cooperative_groups.h>
+#include <thrust/device_ptr.h>
+#include <thrust/sort.h>
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+#define CUDA_CHECK(call) REQUIRE((call) == cudaSuccess)
+
+constexpr std::size_t gib = std::size_t{1} << 30;
+constexpr std::size_t mib = std::size_t{1} << 20;
+
+__host__ __device__ std::uint32_t mix(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x;
+}
+
+/// Size of thread i's block: `fixed`, or mixed (16 << (hash % 9)) when fixed is 0.
+__host__ __device__ std::size_t size_of(std::size_t fixed, std::uint32_t i) {
+  return fixed != 0 ? fixed : std::size_t{16} << (mix(i) % 9);
+}
+
+__device__ void write_tags(void* p, std::size_t bytes, std::uint32_t tag) {
+  auto* first = static_cast<std::uint32_t*>(p);
+  auto* last = reinterpret_cast<std::uint32_t*>(static_cast<char*>(p) + bytes - 4);
+  *first = tag;
+  *last = ~tag;
+}
+
+template <class Ref>
+__global__ void allocate_all(Ref ref,
+                             void** blocks,
+                             std::size_t* sizes,
+                             std::uint32_t n,
+                             std::size_t fixed,
+                             std::size_t alignment) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) {
+    return;
+  }
+  std::size_t const bytes = size_of(fixed, i);
+  void* p = ref.allocate(bytes, alignment);
+  if (p != nullptr) {
+    write_tags(p, bytes, i);
+  }
+  blocks[i] = p;
+  sizes[i] = bytes;
+}
+
+/// Counts blocks whose tags were overwritten or that are misaligned; counts null blocks apart.
+__global__ void verify_all(void* const* blocks,
+                           std::size_t const* sizes,
+                           std::uint32_t n,
+                           std::size_t alignment,
+                           unsigned long long* bad,
+                           unsigned long long* null) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) {
+    return;
+  }
+  void* p = blocks[i];
+  if (p == nullptr) {
+    atomicAdd(null, 1ull);
+    return;
+  }
+  auto const* first = static_cast<std::uint32_t const*>(p);
+  auto const* last = reinterpret_cast<std::uint32_t const*>(static_cast<char*>(p) + sizes[i] - 4);
+  std::size_t const need = alignment < 16 ? 16 : alignment;
+  if (*first != i || *last != ~i || reinterpret_cast<std::uintptr_t>(p) % need != 0) {
+    atomicAdd(bad, 1ull);
+  }
+}
+
+template <class Ref>
+__global__ void free_all(Ref ref, void* const* blocks, std::size_t const* sizes, std::uint32_t n) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    ref.deallocate(blocks[i], sizes[i]);
+  }
+}
+
+/// Sorted by address, each non-null block must end before the next begins.
+__global__ void count_overlaps(std::uintptr_t const* starts,
+                               std::size_t const* sizes,
+                               std::uint32_t n,
+                               unsigned long long* overlaps) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i + 1 < n && starts[i] != 0 && starts[i] + sizes[i] > starts[i + 1]) {
+    atomicAdd(overlaps, 1ull);
+  }
+}
+
+/// Device buffers for n blocks and the counters the checks fill.
+struct block_table {
+  explicit block_table(std::uint32_t n) : n{n} {
+    CUDA_CHECK(cudaMalloc(&blocks, n * sizeof(void*)));
+    CUDA_CHECK(cudaMalloc(&sizes, n * sizeof(std::size_t)));
+    CUDA_CHECK(cudaMalloc(&counters, 3 * sizeof(unsigned long long)));
+  }
+  ~block_table() {
+    cudaFree(blocks);
+    cudaFree(sizes);
+    cudaFree(counters);
+  }
+  block_table(block_table const&) = delete;
+  block_table& operator=(block_table const&) = delete;
+
+  unsigned grid() const { return (n + 255) / 256; }
+
+  struct result {
+    unsigned long long bad, null, overlaps;
+  };
+  /// Verifies tags and alignment, then sorts a copy of the addresses and looks for overlaps.
+  result verify(std::size_t alignment) {
+    CUDA_CHECK(cudaMemset(counters, 0, 3 * sizeof(unsigned long long)));
+    verify_all<<<grid(), 256>>>(blocks, sizes, n, alignment, counters, counters + 1);
+    std::uintptr_t* starts = nullptr;
+    std::size_t* lengths = nullptr;
+    CUDA_CHECK(cudaMalloc(&starts, n * sizeof(std::uintptr_t)));
+    CUDA_CHECK(cudaMalloc(&lengths, n * sizeof(std::size_t)));
+    CUDA_CHECK(cudaMemcpy(starts, blocks, n * sizeof(void*), cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaMemcpy(lengths, sizes, n * sizeof(std::size_t), cudaMemcpyDeviceToDevice));
+    thrust::sort_by_key(thrust::device_pointer_cast(starts),
+                        thrust::device_pointer_cast(starts + n),
+                        thrust::device_pointer_cast(lengths));
+    count_overlaps<<<grid(), 256>>>(starts, lengths, n, counters + 2);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    result r{};
+    CUDA_CHECK(cudaMemcpy(&r, counters, sizeof(r), cudaMemcpyDeviceToHost));
+    cudaFree(starts);
+    cudaFree(lengths);
+    return r;
+  }
+
+  std::uint32_t n;
+  void** blocks = nullptr;
+  std::size_t* sizes = nullptr;
+  unsigned long long* counters = nullptr;
+};
+
+template <class Heap>
+void allocate_verify_free(Heap& heap,
+                          block_table& table,
+                          std::size_t fixed,
+                          std::size_t alignment) {
+  auto ref = heap.ref();
+  allocate_all<<<table.grid(), 256>>>(ref, table.blocks, table.sizes, table.n, fixed, alignment);
+  CUDA_CHECK(cudaGetLastError());
+  auto const r = table.verify(alignment);
+  INFO("block size " << fixed << " (0: mixed), alignment " << alignment << ", threads " << table.n);
+  CHECK(r.null == 0);
+  CHECK(r.bad == 0);
+  CHECK(r.overlaps == 0);
+  auto in_use = heap.stats();
+  CHECK(in_use.blocks_in_use == table.n);
+  free_all<<<table.grid(), 256>>>(ref, table.blocks, table.sizes, table.n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  auto const after = heap.stats();
+  CHECK(after.blocks_in_use == 0);
+  CHECK(after.bytes_in_use == 0);
+  CHECK(after.failed_allocations == 0);
+  CHECK(after.invalid_frees == 0);
+}
+
+}  // namespace
+
+TEST_CASE("2^20 threads, every size class and mixed sizes: no overlap, aligned, all returned",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 20 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 18 * gib}};
+  block_table table{1u << 20};
+  for (std::size_t size = 16; size <= 16384; size *= 2) {
+    allocate_verify_free(heap, table, size, 16);
+  }
+  allocate_verify_free(heap, table, 0, 16);
+  allocate_verify_free(heap, table, 24, 16);    // between classes
+  allocate_verify_free(heap, table, 1000, 16);  // between classes
+}
+
+TEST_CASE("2^22 threads, mixed sizes and 4 KiB: no overlap, all returned", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 20 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 18 * gib}};
+  block_table table{1u << 22};
+  allocate_verify_free(heap, table, 0, 16);
+  allocate_verify_free(heap, table, 4096, 16);
+  allocate_verify_free(heap, table, 64, 16);
+}
+
+TEST_CASE("large classes and runs of slabs from kernels", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 9 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 8 * gib}};
+  block_table table{1u << 12};
+  for (std::size_t size : {std::size_t{65536}, std::size_t{131072}, std::size_t{131073},
+                           std::size_t{262144}, std::size_t{1000000}}) {
+    allocate_verify_free(heap, table, size, 16);
+  }
+  block_table one{1};
+  allocate_verify_free(heap, one, 4 * gib, 16);  // one block of half the heap
+}
+
+TEST_CASE("every power-of-two alignment up to 4096 is honoured", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 3 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 2 * gib}};
+  block_table table{1u << 16};
+  for (std::size_t alignment = 1; alignment <= 4096; alignment *= 2) {
+    allocate_verify_free(heap, table, 24, alignment);
+    allocate_verify_free(heap, table, 0, alignment);
+  }
+}
+
+namespace {
+
+__global__ void misuse(devmr::slab_ref<> ref, void** results) {
+  results[0] = ref.allocate(0);                         // nothing, and no failure
+  results[1] = ref.allocate(64, 3);                     // not a power of two: counted
+  results[2] = ref.allocate(64, std::size_t{1} << 20);  // above a slab: counted
+  ref.deallocate(nullptr, 64);                          // nothing
+}
+
+}  // namespace
+
+TEST_CASE("zero bytes, bad alignments and null frees", "[heap][gpu]") {
+  devmr::device_pool pool{};
+  devmr::slab_heap<> heap{pool};
+  void** results = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&results, 3 * sizeof(void*)));
+  misuse<<<1, 1>>>(heap.ref(), results);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(results[0] == nullptr);
+  CHECK(results[1] == nullptr);
+  CHECK(results[2] == nullptr);
+  auto const s = heap.stats();
+  CHECK(s.bad_alignments == 2);
+  CHECK(s.failed_allocations == 0);
+  CHECK(s.blocks_in_use == 0);
+  cudaFree(results);
+}
+
+TEST_CASE("out-of-memory storms return nullptr, count it, and recover after frees", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};
+  // Ask for twice the heap in 1 KiB blocks (and again in mixed sizes).
+  block_table table{(512u * 1024 * 1024) / 1024};
+  for (int round = 0; round < 3; ++round) {
+    allocate_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n, 1024, 16);
+    auto const r = table.verify(16);
+    CHECK(r.bad == 0);
+    CHECK(r.overlaps == 0);
+    CHECK(r.null > 0);
+    auto const s = heap.stats();
+    CHECK(s.failed_allocations >= r.null);
+    // Nearly all the heap was handed out before the failures (slots keep a few slabs partly used).
+    CHECK(s.bytes_in_use >= heap.capacity() * 9 / 10);
+    CHECK(s.blocks_in_use == table.n - r.null);
+    free_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(heap.stats().blocks_in_use == 0);
+  }
+  // After the storm, a full heap's worth succeeds again, in another class.
+  block_table half{(128u * 1024 * 1024) / 4096};
+  allocate_verify_free(heap, half, 4096, 16);
+}
+
+namespace {
+
+/// Each thread: `rounds` times allocate 64 B (or mixed), write, check, free. Counts failures.
+__global__ void churn(devmr::slab_ref<> ref, int rounds, bool mixed, unsigned long long* errors) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int r = 0; r < rounds; ++r) {
+    std::size_t const bytes = mixed ? size_of(0, i * 131 + r) : 64;
+    auto* p = static_cast<std::uint32_t*>(ref.allocate(bytes));
+    if (p == nullptr) {
+      atomicAdd(errors, 1ull);
+      continue;
+    }
+    write_tags(p, bytes, i ^ r);
+    __nanosleep(mix(i + r) % 64);
+    auto const* last =
+        reinterpret_cast<std::uint32_t const*>(reinterpret_cast<char*>(p) + bytes - 4);
+    if (*p != (i ^ r) || *last != ~(i ^ r)) {
+      atomicAdd(errors, 1ull);
+    }
+    ref.deallocate(p, bytes);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("churn of 10^8 allocate/free pairs leaves no block behind", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
+  unsigned long long* errors = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&errors, sizeof(unsigned long long)));
+  *errors = 0;
+  std::uint32_t const threads = 1u << 20;
+  churn<<<threads / 256, 256>>>(heap.ref(), 48, false, errors);
+  churn<<<threads / 256, 256>>>(heap.ref(), 48, true, errors);  // 2 x 48 x 2^20 > 10^8
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(*errors == 0);
+  auto const s = heap.stats();
+  CHECK(s.blocks_in_use == 0);
+  CHECK(s.failed_allocations == 0);
+  cudaFree(errors);
+}
+
+namespace {
+
+template <class Group>
+__device__ void group_round_trip(devmr::slab_ref<> ref,
+                                 Group const& g,
+                                 std::uint32_t group_id,
+                                 std::size_t bytes,
+                                 void** firsts,
+                                 unsigned long long* errors) {
+  auto* p = static_cast<std::uint32_t*>(ref.allocate(g, bytes));
+  if (p == nullptr) {
+    if (g.thread_rank() == 0) {
+      atomicAdd(errors, 1ull);
+    }
+    return;
+  }
+  std::size_t const words = bytes / 4;
+  for (std::size_t w = g.thread_rank(); w < words; w += g.size()) {
+    p[w] = group_id;
+  }
+  g.sync();
+  for (std::size_t w = g.thread_rank(); w < words; w += g.size()) {
+    if (p[w] != group_id) {
+      atomicAdd(errors, 1ull);
+    }
+  }
+  if (g.thread_rank() == 0) {
+    firsts[group_id] = p;
+  }
+  ref.deallocate(g, p, bytes);
+}
+
+__global__ void tile_groups(devmr::slab_ref<> ref, void** firsts, unsigned long long* errors) {
+  auto const tile = cg::tiled_partition<32>(cg::this_thread_block());
+  std::uint32_t const id = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  group_round_trip(ref, tile, id, 2048, firsts, errors);
+}
+
+__global__ void block_groups(devmr::slab_ref<> ref, void** firsts, unsigned long long* errors) {
+  group_round_trip(ref, cg::this_thread_block(), blockIdx.x, 64 * 1024, firsts, errors);
+}
+
+__global__ void small_tiles(devmr::slab_ref<> ref, void** firsts, unsigned long long* errors) {
+  auto const tile = cg::tiled_partition<4>(cg::this_thread_block());
+  std::uint32_t const id = (blockIdx.x * blockDim.x + threadIdx.x) / 4;
+  group_round_trip(ref, tile, id, 48, firsts, errors);
+}
+
+}  // namespace
+
+TEST_CASE("group allocation: one block per group, the same pointer to every member",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};
+  unsigned long long* errors = nullptr;
+  void** firsts = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&errors, sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMallocManaged(&firsts, (1u << 16) * sizeof(void*)));
+  *errors = 0;
+  tile_groups<<<1024, 256>>>(heap.ref(), firsts, errors);
+  block_groups<<<1024, 256>>>(heap.ref(), firsts, errors);
+  small_tiles<<<256, 256>>>(heap.ref(), firsts, errors);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(*errors == 0);
+  CHECK(heap.stats().blocks_in_use == 0);
+  cudaFree(errors);
+  cudaFree(firsts);
+}
+
+TEST_CASE("the host frees kernel blocks, kernels free host blocks", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};
+  auto ref = heap.ref();
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  block_table table{1u << 16};
+
+  // Kernel blocks freed by the host: in bulk, and one by one.
+  allocate_all<<<table.grid(), 256, 0, stream>>>(ref, table.blocks, table.sizes, table.n, 0, 16);
+  heap.deallocate_bulk({table.blocks, table.n - 2}, stream);
+  std::vector<void*> last(2);
+  CUDA_CHECK(cudaMemcpyAsync(last.data(), table.blocks + table.n - 2, 2 * sizeof(void*),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CHECK(heap.stats(stream).blocks_in_use == 2);
+  heap.deallocate_async(last[0], size_of(0, table.n - 2), 16, stream);
+  heap.deallocate_async(last[1], size_of(0, table.n - 1), 16, stream);
+  CHECK(heap.stats(stream).blocks_in_use == 0);
+
+  // Host blocks (through the host path of the ref, and a cuda::mr::resource_ref) freed by a kernel.
+  cuda::mr::resource_ref<cuda::mr::device_accessible> erased{ref};
+  std::vector<void*> host_blocks;
+  std::vector<std::size_t> host_sizes;
+  for (std::size_t i = 0; i < 64; ++i) {
+    std::size_t const bytes = 16 << (i % 16);
+    host_blocks.push_back(i % 2 == 0 ? ref.allocate(bytes, 16) : erased.allocate(bytes, 16));
+    host_sizes.push_back(bytes);
+    CHECK(ref.owns(host_blocks.back()));
+    CHECK(reinterpret_cast<std::uintptr_t>(host_blocks.back()) % 16 == 0);
+  }
+  CHECK_FALSE(ref.owns(&stream));
+  CHECK(heap.stats().blocks_in_use == 64);
+  CUDA_CHECK(
+      cudaMemcpy(table.blocks, host_blocks.data(), 64 * sizeof(void*), cudaMemcpyHostToDevice));
+  CUDA_CHECK(
+      cudaMemcpy(table.sizes, host_sizes.data(), 64 * sizeof(std::size_t), cudaMemcpyHostToDevice));
+  free_all<<<1, 64>>>(ref, table.blocks, table.sizes, 64);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(heap.stats().blocks_in_use == 0);
+
+  // Host errors: bad alignment, more than the heap holds; nothing allocated before is lost.
+  void* kept = ref.allocate(100);
+  CHECK_THROWS_AS(ref.allocate(64, 3), std::invalid_argument);
+  CHECK_THROWS_AS(ref.allocate(gib), devmr::out_of_memory);
+  CHECK(ref.allocate(0) == nullptr);
+  CHECK(heap.stats().blocks_in_use == 1);
+  ref.deallocate(kept, 100);
+  CHECK(heap.stats().blocks_in_use == 0);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("grow while blocks are live: nothing moves, new memory serves new kernels",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 64 * mib}};
+  std::uint32_t const n = (64u * 1024 * 1024) / 4096;  // the whole first arena in 4 KiB blocks
+  block_table first{n};
+  allocate_all<<<first.grid(), 256>>>(heap.ref(), first.blocks, first.sizes, n, 4096, 16);
+  auto const before = first.verify(16);
+  CHECK(before.null > 0);  // slots hold a few slabs: the first arena could not serve them all
+  heap.grow(128 * mib);
+  CHECK(heap.capacity() == 192 * mib);
+  block_table second{n};
+  allocate_all<<<second.grid(), 256>>>(heap.ref(), second.blocks, second.sizes, n, 4096, 16);
+  auto const after = second.verify(16);
+  CHECK(after.null == 0);
+  CHECK(after.bad == 0);
+  auto const again = first.verify(16);  // the first blocks are intact and where they were
+  CHECK(again.bad == 0);
+  CHECK(again.null == before.null);
+  free_all<<<first.grid(), 256>>>(heap.ref(), first.blocks, first.sizes, n);
+  free_all<<<second.grid(), 256>>>(heap.ref(), second.blocks, second.sizes, n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(heap.stats().blocks_in_use == 0);
+  devmr::heap_options const capped_options{.initial_bytes = 32 * mib, .maximum_bytes = 64 * mib};
+  devmr::slab_heap<> capped{pool, capped_options};
+  CHECK_THROWS_AS(capped.grow(64 * mib), devmr::out_of_memory);
+  CHECK(capped.capacity() == 32 * mib);  // unchanged by the refused growth
+  CHECK_NOTHROW(capped.grow(32 * mib));
+}
+
+TEST_CASE("reset frees every block at once", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};
+  block_table table{1u << 16};
+  allocate_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n, 0, 16);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(heap.stats().blocks_in_use == table.n);
+  heap.reset();
+  CHECK(heap.stats().blocks_in_use == 0);
+  allocate_verify_free(heap, table, 0, 16);
+}
+
+namespace {
+
+__global__ void double_free(devmr::slab_ref<> ref, void** blocks) {
+  void* p = ref.allocate(64);
+  ref.deallocate(p, 64);
+  ref.deallocate(p, 64);                                  // double
+  ref.deallocate(static_cast<char*>(blocks[0]) + 8, 64);  // not a block start
+  ref.deallocate(blocks, 64);                             // not the heap's
+}
+
+}  // namespace
+
+TEST_CASE("checked heaps record invalid and double frees; check throws heap_error", "[heap][gpu]") {
+  devmr::device_pool pool{};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.checked = true}};
+  void** blocks = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&blocks, sizeof(void*)));
+  blocks[0] = heap.ref().allocate(256);
+  double_free<<<1, 1>>>(heap.ref(), blocks);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  auto const s = heap.stats();
+  CHECK(s.double_frees == 1);
+  CHECK(s.invalid_frees == 2);
+  CHECK(s.blocks_in_use == 1);
+  CHECK_THROWS_AS(heap.check(), devmr::heap_error);
+  CHECK_NOTHROW(heap.check());  // reported once
+  heap.ref().deallocate(blocks[0], 256);
+  CHECK(heap.stats().blocks_in_use == 0);
+  cudaFree(blocks);
+}
+
+TEST_CASE("host threads and kernels use one heap at once", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};
+  unsigned long long* errors = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&errors, sizeof(unsigned long long)));
+  *errors = 0;
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  churn<<<1024, 256, 0, stream>>>(heap.ref(), 200, true, errors);
+  std::atomic<int> host_errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto ref = heap.ref();
+      std::vector<std::pair<void*, std::size_t>> mine;
+      for (int i = 0; i < 100; ++i) {
+        std::size_t const bytes = size_of(0, t * 1000 + i);
+        void* p = ref.allocate(bytes);
+        if (p == nullptr || !ref.owns(p)) {
+          ++host_errors;
+        }
+        mine.emplace_back(p, bytes);
+      }
+      for (auto [p, bytes] : mine) {
+        ref.deallocate(p, bytes);
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CHECK(host_errors == 0);
+  CHECK(*errors == 0);
+  CHECK(heap.stats().blocks_in_use == 0);
+  cudaStreamDestroy(stream);
+  cudaFree(errors);
+}
+
+namespace {
+
+__global__ void fill_managed(devmr::slab_ref<devmr::memory_kind::managed> ref, int** out) {
+  int* p = static_cast<int*>(ref.allocate(1024 * sizeof(int)));
+  for (int i = 0; i < 1024; ++i) {
+    p[i] = i * 3;
+  }
+  *out = p;
+}
+
+}  // namespace
+
+TEST_CASE("managed and pinned heaps: the host reads what kernels wrote", "[heap][gpu]") {
+  devmr::managed_pool pool{devmr::pool_options{.initial_bytes = 256 * mib}};
+  devmr::slab_heap<devmr::memory_kind::managed> heap{pool, {.initial_bytes = 64 * mib}};
+  int** out = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&out, sizeof(int*)));
+  fill_managed<<<1, 1>>>(heap.ref(), out);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  int* p = *out;
+  REQUIRE(p != nullptr);
+  bool same = true;
+  for (int i = 0; i < 1024; ++i) {
+    same = same && p[i] == i * 3;
+  }
+  CHECK(same);
+  heap.ref().deallocate(p, 1024 * sizeof(int));
+  CHECK(heap.stats().blocks_in_use == 0);
+  cudaFree(out);
+
+  devmr::pinned_pool pinned{devmr::pool_options{.initial_bytes = 128 * mib}};
+  devmr::slab_heap<devmr::memory_kind::pinned> pinned_heap{pinned, {.initial_bytes = 32 * mib}};
+  auto* q = static_cast<int*>(pinned_heap.ref().allocate(4096));
+  q[0] = 7;  // host accessible
+  CHECK(q[0] == 7);
+  pinned_heap.ref().deallocate(q, 4096);
+  CHECK(pinned_heap.stats().blocks_in_use == 0);
+}
+
+TEST_CASE("construction does not depend on the heap's size", "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 33 * gib}};
+  auto time_ms = [&](std::size_t bytes) {
+    auto const start = std::chrono::steady_clock::now();
+    devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = bytes}};
+    auto const stop = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(stop - start).count();
+  };
+  time_ms(gib);  // warm-up
+  double const small = time_ms(64 * mib);
+  double const large = time_ms(32 * gib);
+  INFO("64 MiB heap: " << small << " ms, 32 GiB heap: " << large << " ms");
+  CHECK(large < 2.0);
+  WARN("heap construction: 64 MiB " << small << " ms, 32 GiB " << large << " ms");
+}

@@ -2,6 +2,8 @@
 // alignment, out-of-memory storms, churn, groups, frees across the host/device line, growth,
 // checked heaps, host threads beside kernels.
 
+#include "conformance.hpp"
+
 #include <devmr/slab_heap.hpp>
 
 #include <cooperative_groups.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace cg = cooperative_groups;
@@ -183,7 +186,7 @@ void allocate_verify_free(Heap& heap,
 }  // namespace
 
 TEST_CASE("2^20 threads, every size class and mixed sizes: no overlap, aligned, all returned",
-          "[heap][gpu]") {
+          "[heap][gpu][big]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 20 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 18 * gib}};
   block_table table{1u << 20};
@@ -195,7 +198,7 @@ TEST_CASE("2^20 threads, every size class and mixed sizes: no overlap, aligned, 
   allocate_verify_free(heap, table, 1000, 16);  // between classes
 }
 
-TEST_CASE("2^22 threads, mixed sizes and 4 KiB: no overlap, all returned", "[heap][gpu]") {
+TEST_CASE("2^22 threads, mixed sizes and 4 KiB: no overlap, all returned", "[heap][gpu][big]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 20 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 18 * gib}};
   block_table table{1u << 22};
@@ -304,7 +307,7 @@ __global__ void churn(devmr::slab_ref<> ref, int rounds, bool mixed, unsigned lo
 
 }  // namespace
 
-TEST_CASE("churn of 10^8 allocate/free pairs leaves no block behind", "[heap][gpu]") {
+TEST_CASE("churn of 10^8 allocate/free pairs leaves no block behind", "[heap][gpu][big]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
   unsigned long long* errors = nullptr;
@@ -523,7 +526,7 @@ TEST_CASE("host threads and kernels use one heap at once", "[heap][gpu]") {
   *errors = 0;
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  churn<<<1024, 256, 0, stream>>>(heap.ref(), 200, true, errors);
+  churn<<<256, 256, 0, stream>>>(heap.ref(), 64, true, errors);
   std::atomic<int> host_errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -593,7 +596,7 @@ TEST_CASE("managed and pinned heaps: the host reads what kernels wrote", "[heap]
   CHECK(pinned_heap.stats().blocks_in_use == 0);
 }
 
-TEST_CASE("construction does not depend on the heap's size", "[heap][gpu]") {
+TEST_CASE("construction does not depend on the heap's size", "[heap][gpu][big]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 33 * gib}};
   auto time_ms = [&](std::size_t bytes) {
     auto const start = std::chrono::steady_clock::now();
@@ -608,3 +611,25 @@ TEST_CASE("construction does not depend on the heap's size", "[heap][gpu]") {
   CHECK(large < 2.0);
   WARN("heap construction: 64 MiB " << small << " ms, 32 GiB " << large << " ms");
 }
+
+namespace {
+
+/// slab_ref joins the resource conformance suite (through its host path).
+template <devmr::memory_kind Kind>
+struct heap_factory {
+  using resource_type = devmr::slab_ref<Kind>;
+  static constexpr char const* name = devmr::to_string(Kind);
+  static constexpr bool host_accessible = devmr::is_host_accessible(Kind);
+  resource_type& resource() { return ref; }
+  devmr::pool_resource<Kind> pool{devmr::pool_options{.initial_bytes = 256 * mib}};
+  devmr::slab_heap<Kind> heap{pool, devmr::heap_options{.initial_bytes = 128 * mib}};
+  resource_type ref = heap.ref();
+};
+
+using heap_factories = std::tuple<heap_factory<devmr::memory_kind::device>,
+                                  heap_factory<devmr::memory_kind::managed>,
+                                  heap_factory<devmr::memory_kind::pinned>>;
+
+}  // namespace
+
+DEVMR_RESOURCE_CONFORMANCE_SUITE(heap_factories)

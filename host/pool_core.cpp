@@ -44,13 +44,13 @@ pool_core::~pool_core() {
                  "arenas are freed anyway\n",
                  live_.size(), static_cast<long long>(stats_.bytes.current));
   }
+  try {
+    settle_all();
+  } catch (...) {
+    // Freeing the arenas below synchronizes anyway; a failing wait has nothing to add.
+  }
   for (auto& [stream, entry] : streams_) {
     if (entry.event != nullptr) {
-      try {
-        order_->host_wait(entry.event);
-      } catch (...) {
-        // Freeing the arenas below synchronizes anyway; a failing wait has nothing to add.
-      }
       order_->destroy_event(entry.event);
     }
   }
@@ -83,6 +83,9 @@ void* pool_core::allocate_impl(std::size_t bytes, std::size_t alignment, void* s
   if (async) {
     // Blocks freed on this very stream are safe for it at once: stream order protects them.
     if (auto const it = streams_.find(stream); it != streams_.end()) {
+      if (auto const block = it->second.unsealed.take(size, alignment)) {
+        return record_allocation(*block, bytes);
+      }
       if (auto const block = it->second.list.take(size, alignment)) {
         return record_allocation(*block, bytes);
       }
@@ -191,12 +194,31 @@ bool pool_core::grow(std::size_t size, std::size_t alignment) {
 }
 
 void pool_core::settle_all() {
+  bool unsealed = false;
   for (auto& [stream, entry] : streams_) {
     if (!entry.list.empty()) {
       order_->host_wait(entry.event);
       ready_.absorb(entry.list);
     }
+    unsealed = unsealed || !entry.unsealed.empty();
   }
+  if (unsealed) {
+    // No event covers these blocks, and their streams may be gone: wait for the whole device.
+    order_->device_wait();
+    for (auto& [stream, entry] : streams_) {
+      ready_.absorb(entry.unsealed);
+      entry.unsealed_frees = 0;
+    }
+  }
+}
+
+void pool_core::seal(stream_list& entry, void* stream) {
+  if (entry.event == nullptr) {
+    entry.event = order_->create_event();
+  }
+  order_->record(entry.event, stream);
+  entry.list.absorb(entry.unsealed);
+  entry.unsealed_frees = 0;
 }
 
 void* pool_core::record_allocation(free_block const& block, std::size_t requested) {
@@ -234,15 +256,21 @@ void pool_core::deallocate_async(void const* p, std::size_t, void* stream) {
     return;
   }
   auto& entry = streams_[stream];
-  if (entry.event == nullptr) {
-    entry.event = order_->create_event();
-  }
-  // Recorded before the block moves: if this throws, the block simply stays allocated.
-  order_->record(entry.event, stream);
+  auto const size = it->second.size;
+  entry.unsealed.insert({it->first, size, it->second.arena});
+  ++entry.unsealed_frees;
   count_down(stats_.bytes, static_cast<std::int64_t>(it->second.requested));
   count_down(stats_.blocks, 1);
-  entry.list.insert({it->first, it->second.size, it->second.arena});
   live_.erase(it);
+  if (size >= config_.seal_block_bytes || entry.unsealed_frees >= config_.seal_count ||
+      entry.unsealed.free_bytes() >= config_.seal_bytes) {
+    try {
+      seal(entry, stream);
+    } catch (cuda_error const&) {
+      // The blocks stay unsealed: still correct (this stream, or a device-wide wait, reuses
+      // them), only later to be shared with other streams.
+    }
+  }
 }
 
 pool_stats pool_core::stats() const {

@@ -117,6 +117,10 @@ class driver_stream_order final : public stream_order {
     DEVMR_CUDA_TRY(
         cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
   }
+  void device_wait() override {
+    device_guard const guard{device_};
+    DEVMR_CUDA_TRY(cudaDeviceSynchronize());
+  }
 
  private:
   int device_;

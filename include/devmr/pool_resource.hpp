@@ -53,13 +53,18 @@ class pool_core;
  * `deallocate(nullptr, ...)` does nothing.
  *
  * Stream ordering: a block freed with `deallocate_async(p, ..., s)` may still be in use by work
- * enqueued on `s`. It is reused by `allocate_async` on `s` at once (stream order protects it); it
- * is handed to another stream only after an event recorded on `s` completes, or after that stream
- * was made to wait for the event (`cudaStreamWaitEvent`, no host blocking); a synchronous
- * `allocate` that needs it waits on the host (`cudaEventSynchronize`). A synchronous `deallocate`
- * returns the block at once, like host `free`: the caller guarantees that no pending work uses
- * it. Do not destroy a stream while blocks freed on it could still be handed to a new stream that
- * happens to get the same handle: synchronize it first.
+ * enqueued on `s`. It is reused by `allocate_async` on `s` at once (stream order protects it). It
+ * is handed to another stream, or to a synchronous `allocate`, only once an event recorded on `s`
+ * after the free has completed, or after that stream was made to wait for the event
+ * (`cudaStreamWaitEvent`, no host blocking); a synchronous `allocate` that needs it waits on the
+ * host (`cudaEventSynchronize`). The event is recorded at once when the block is 2 MiB or larger,
+ * and otherwise once per 64 small frees on that stream (so small stream-ordered frees cost no
+ * CUDA call); small blocks freed since the last event reach other streams only through a
+ * device-wide `cudaDeviceSynchronize`, and only when the pool would otherwise run out. `release()`
+ * and the destructor wait for all of them. A synchronous `deallocate` returns the block at once,
+ * like host `free`: the caller guarantees that no pending work uses it. A stream handle is taken as
+ * the identity of the stream: synchronize a stream before destroying it if blocks were freed on it
+ * and another stream could be created with the same handle.
  *
  * Errors: `std::invalid_argument` for an alignment that is not a power of two,
  * `devmr::out_of_memory` when the cap or the driver refuses, `devmr::cuda_error` when a CUDA call
@@ -116,9 +121,11 @@ class pool_resource {
   }
 
   /**
-   * @brief Frees a block once the work enqueued on `stream` so far is done.
-   * @throw devmr::cuda_error when an event cannot be recorded on `stream` (the block then stays
-   * allocated)
+   * @brief Frees a block once the work enqueued on `stream` so far is done (see the class
+   * comment on stream ordering).
+   * @param p a block from this pool, or `nullptr` (does nothing)
+   * @param bytes and @param alignment as given to the allocation
+   * @param stream the stream whose work may still use the block
    */
   void deallocate_async(void const* p,
                         std::size_t bytes,

@@ -96,6 +96,7 @@ class fake_streams final : public devmr::detail::stream_order {
   void destroy_event(void*) noexcept override { ++destroyed; }
   void record(void* e, void* stream) override {
     *static_cast<event*>(e) = {stream, enqueued_[stream]};
+    ++records;
   }
   bool done(void* e) override {
     auto const& ev = *static_cast<event*>(e);
@@ -107,12 +108,18 @@ class fake_streams final : public devmr::detail::stream_order {
     ++host_waits;
   }
   void stream_wait(void*, void*) override { ++stream_waits; }
+  void device_wait() override {
+    finished_ = enqueued_;
+    ++device_waits;
+  }
 
   void launch(void* stream) { ++enqueued_[stream]; }
   void finish(void* stream) { finished_[stream] = enqueued_[stream]; }
 
   int host_waits = 0;
   int stream_waits = 0;
+  int device_waits = 0;
+  int records = 0;
   int destroyed = 0;
 
  private:
@@ -449,6 +456,46 @@ TEST_CASE("pool core hands a block freed on a stream to others only in order", "
     CHECK(streams->host_waits == 0);
     pool.core->deallocate(q, mib);
     pool.core->deallocate(r, mib);
+  }
+  SECTION("small blocks freed on a stream stay with it until an event covers them") {
+    void* p = pool.core->allocate_async(kib, 256, a_stream);
+    streams->launch(a_stream);
+    pool.core->deallocate_async(p, kib, a_stream);
+    CHECK(streams->records == 0);  // a small free makes no CUDA call
+    void* q = pool.core->allocate_async(kib, 256, b_stream);
+    CHECK(q != p);
+    void* r = pool.core->allocate_async(kib, 256, a_stream);
+    CHECK(r == p);
+    pool.core->deallocate_async(r, kib, a_stream);
+    pool.core->deallocate(q, kib);
+    // The rest of the arena serves a synchronous allocate, without touching A's block...
+    void* s = pool.core->allocate(4 * mib - kib, 256);
+    CHECK(streams->device_waits == 0);
+    pool.core->deallocate(s, 4 * mib - kib);
+    // ...but the whole arena needs it: with no event to wait for, the device is synchronized.
+    void* t = pool.core->allocate(4 * mib, 256);
+    CHECK(t == p);
+    CHECK(streams->device_waits == 1);
+    CHECK(streams->host_waits == 0);
+    pool.core->deallocate(t, 4 * mib);
+  }
+  SECTION("every 64th small free records an event; then other streams can wait for it") {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 64; ++i) {
+      blocks.push_back(pool.core->allocate_async(kib, 256, a_stream));
+    }
+    streams->launch(a_stream);
+    for (int i = 0; i < 63; ++i) {
+      pool.core->deallocate_async(blocks[static_cast<std::size_t>(i)], kib, a_stream);
+    }
+    CHECK(streams->records == 0);
+    pool.core->deallocate_async(blocks[63], kib, a_stream);
+    CHECK(streams->records == 1);
+    // All 64 KiB are sealed now: a synchronous allocate of the whole arena waits for the event.
+    void* t = pool.core->allocate(4 * mib, 256);
+    CHECK(streams->host_waits == 1);
+    CHECK(streams->device_waits == 0);
+    pool.core->deallocate(t, 4 * mib);
   }
   auto const s = pool.core->stats();
   CHECK(s.blocks.current == 0);

@@ -43,15 +43,25 @@ class stream_order {
   virtual void host_wait(void* event) = 0;
   /// @brief work enqueued on stream from now on waits for the event (no host blocking)
   virtual void stream_wait(void* stream, void* event) = 0;
+  /// @brief blocks the calling host thread until all work on the device is done, on every
+  /// stream (destroyed streams included)
+  virtual void device_wait() = 0;
 };
 
 /**
  * @brief The pool: arenas from an arena_source, sub-allocated through free lists.
  *
- * Free memory sits in one of several free lists: the ready list (no pending work uses it) and one
- * list per stream that blocks were freed on with deallocate_async (work on that stream may still
- * use them; the stream's event, re-recorded at every such free, completes when it no longer
- * does). Thread-safe: one mutex guards everything.
+ * Free memory sits in one of several free lists: the ready list (no pending work uses it) and,
+ * per stream that blocks were freed on with deallocate_async, two lists of blocks that work on that
+ * stream may still use:
+ *  - sealed: covered by the stream's event (re-recorded at each seal), which completes once no
+ *    work uses them; other streams may take them after waiting for the event;
+ *  - unsealed: freed since the last seal, covered by no event yet; only the same stream may take
+ *    them (stream order protects them), or anyone after a device-wide wait.
+ * A free seals at once when the block is large (seal_block_bytes) or when enough frees or bytes
+ * have gathered (seal_count, seal_bytes): small blocks cost an event record only once per many
+ * frees, and an event is only ever recorded from a call that names the stream (which must then be
+ * alive). Thread-safe: one mutex guards everything.
  */
 class pool_core {
  public:
@@ -60,6 +70,9 @@ class pool_core {
     std::size_t maximum_bytes = 0;                        ///< 0: no cap
     std::size_t min_arena_bytes = std::size_t{64} << 20;  ///< growth chunk
     std::size_t arena_rounding = std::size_t{2} << 20;    ///< arena sizes are multiples of this
+    std::size_t seal_block_bytes = std::size_t{2} << 20;  ///< a freed block this big seals at once
+    std::size_t seal_count = 64;                          ///< seal after this many unsealed frees
+    std::size_t seal_bytes = std::size_t{16} << 20;       ///< or this many unsealed bytes
   };
 
   pool_core(std::unique_ptr<arena_source> source,
@@ -86,8 +99,10 @@ class pool_core {
     std::uintptr_t arena;
   };
   struct stream_list {
-    void* event = nullptr;  // recorded on the stream after every free into list
-    free_list list;
+    void* event = nullptr;  // recorded on the stream at every seal
+    free_list list;         // sealed: done once event completes
+    free_list unsealed;     // freed since the last seal: this stream only
+    std::size_t unsealed_frees = 0;
   };
   using lock = std::unique_lock<std::mutex>;
 
@@ -98,6 +113,7 @@ class pool_core {
                                               bool async);
   bool grow(std::size_t size, std::size_t alignment);
   void settle_all();
+  void seal(stream_list& entry, void* stream);
   void* record_allocation(free_block const& block, std::size_t requested);
   bool try_reserve(std::size_t bytes);
 

@@ -155,3 +155,75 @@ TEST_CASE("free_list absorbs another list", "[pool][free_list]") {
   CHECK_FALSE(a.remove_exact(arena_a, 256));  // merged: the range at arena_a is 512 bytes now
   CHECK(a.remove_exact(arena_a, 512));
 }
+
+TEST_CASE("free_list matches a granule-by-granule model under random use", "[pool][free_list]") {
+  // Two arenas of 512 granules that touch in address space.
+  constexpr std::size_t granules = 512;
+  constexpr std::uintptr_t arena_size = granules * pool_granule;
+  std::uintptr_t const arenas[] = {arena_a, arena_a + arena_size};
+  std::vector<bool> free_granule(2 * granules, true);
+  free_list list;
+  for (auto const base : arenas) {
+    list.insert({base, arena_size, base});
+  }
+  std::vector<free_block> live;
+  std::mt19937_64 rng{7};
+  auto index_of = [&](std::uintptr_t address) { return (address - arena_a) / pool_granule; };
+
+  for (int step = 0; step < 20000; ++step) {
+    if (live.empty() || rng() % 100 < 55) {
+      std::size_t const bytes = pool_granule * (1 + rng() % 24);
+      std::size_t const alignment = std::size_t{1} << (rng() % 14);
+      auto const block = list.take(bytes, alignment);
+      if (!block) {
+        continue;
+      }
+      REQUIRE(block->address % alignment == 0);
+      REQUIRE(block->size == bytes);
+      REQUIRE(block->address >= block->arena);
+      REQUIRE(block->address + bytes <= block->arena + arena_size);
+      for (auto g = index_of(block->address); g < index_of(block->address + bytes); ++g) {
+        REQUIRE(free_granule[g]);
+        free_granule[g] = false;
+      }
+      live.push_back(*block);
+    } else {
+      auto const i = rng() % live.size();
+      for (auto g = index_of(live[i].address); g < index_of(live[i].address + live[i].size); ++g) {
+        free_granule[g] = true;
+      }
+      list.insert(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    // The list holds exactly the model's maximal free runs, split at the arena boundary.
+    std::vector<free_block> expected;
+    for (std::size_t g = 0; g < free_granule.size();) {
+      if (!free_granule[g]) {
+        ++g;
+        continue;
+      }
+      std::size_t const arena = g / granules;
+      std::size_t end = g;
+      while (end < (arena + 1) * granules && free_granule[end]) {
+        ++end;
+      }
+      expected.push_back({arena_a + g * pool_granule, (end - g) * pool_granule, arenas[arena]});
+      g = end;
+    }
+    std::vector<free_block> actual;
+    list.for_each([&](free_block const& b) { actual.push_back(b); });
+    REQUIRE(actual.size() == expected.size());
+    std::size_t total = 0;
+    std::size_t largest = 0;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+      REQUIRE(actual[i].address == expected[i].address);
+      REQUIRE(actual[i].size == expected[i].size);
+      REQUIRE(actual[i].arena == expected[i].arena);
+      total += actual[i].size;
+      largest = std::max(largest, actual[i].size);
+    }
+    REQUIRE(list.free_bytes() == total);
+    REQUIRE(list.largest() == largest);
+  }
+}

@@ -40,20 +40,26 @@ class free_list {
   /// @brief Adds a free range, merging it with free neighbours of the same arena.
   void insert(free_block block) {
     auto next = by_address_.lower_bound(block.address);
-    if (next != by_address_.end() && next->second.arena == block.arena &&
-        block.address + block.size == next->first) {
-      block.size += next->second.size;
-      next = erase(next);
-    }
+    bool const merge_next = next != by_address_.end() && next->second.arena == block.arena &&
+                            block.address + block.size == next->first;
     if (next != by_address_.begin()) {
       auto const prev = std::prev(next);
       if (prev->second.arena == block.arena && prev->first + prev->second.size == block.address) {
-        block.address = prev->first;
-        block.size += prev->second.size;
-        erase(prev);
+        // Grow the left neighbour in place (its address, the map's key, stays).
+        auto size = prev->second.size + block.size;
+        if (merge_next) {
+          size += next->second.size;
+          erase(next);
+        }
+        resize(prev, size);
+        return;
       }
     }
-    emplace(block);
+    if (merge_next) {
+      block.size += next->second.size;
+      next = erase(next);
+    }
+    emplace(block, next);
   }
 
   /**
@@ -98,15 +104,24 @@ class free_list {
 
   /// @brief Takes bytes out of a range that find() returned (the list unchanged since).
   free_block take_from(free_block block, std::size_t bytes, std::size_t alignment) {
-    erase(by_address_.find(block.address));
+    auto it = by_address_.find(block.address);
     auto const start = align_up(block.address, alignment);
-    // The range was maximal, so neither piece has a free neighbour: no merging needed.
-    if (start > block.address) {
-      emplace({block.address, start - block.address, block.arena});
-    }
     auto const end = start + bytes;
-    if (end < block.address + block.size) {
-      emplace({end, block.address + block.size - end, block.arena});
+    auto const block_end = block.address + block.size;
+    // The range was maximal, so neither piece left over has a free neighbour: no merging.
+    if (start > block.address) {
+      resize(it, start - block.address);  // the padding keeps the range's node
+      if (end < block_end) {
+        emplace({end, block_end - end, block.arena}, std::next(it));
+      }
+    } else if (end < block_end) {
+      // The tail takes over the range's node: a new key, at the same place in address order.
+      auto const hint = std::next(it);
+      auto node = by_address_.extract(it);
+      node.key() = end;
+      resize(by_address_.insert(hint, std::move(node)), block_end - end);
+    } else {
+      erase(it);
     }
     return {start, bytes, block.arena};
   }
@@ -154,9 +169,11 @@ class free_list {
   }
 
  private:
+  using size_index = std::set<std::pair<std::size_t, std::uintptr_t>>;  // (size, address)
   struct entry {
     std::size_t size;
     std::uintptr_t arena;
+    size_index::iterator by_size;  // this range's node in by_size_: erased without a search
   };
   using address_map = std::map<std::uintptr_t, entry>;
 
@@ -172,20 +189,29 @@ class free_list {
     return {address, e.size, e.arena};
   }
 
-  void emplace(free_block block) {
-    by_address_.emplace(block.address, entry{block.size, block.arena});
-    by_size_.emplace(block.size, block.address);
+  void emplace(free_block block, address_map::const_iterator hint) {
+    auto const by_size = by_size_.emplace(block.size, block.address).first;
+    by_address_.emplace_hint(hint, block.address, entry{block.size, block.arena, by_size});
     free_bytes_ += block.size;
   }
 
+  void resize(address_map::iterator it, std::size_t size) {
+    // Reuse the size index node: only its key changes.
+    auto node = by_size_.extract(it->second.by_size);
+    node.value() = {size, it->first};
+    it->second.by_size = by_size_.insert(std::move(node)).position;
+    free_bytes_ = free_bytes_ - it->second.size + size;
+    it->second.size = size;
+  }
+
   address_map::iterator erase(address_map::iterator it) {
-    by_size_.erase({it->second.size, it->first});
+    by_size_.erase(it->second.by_size);
     free_bytes_ -= it->second.size;
     return by_address_.erase(it);
   }
 
   address_map by_address_;
-  std::set<std::pair<std::size_t, std::uintptr_t>> by_size_;  // (size, address): best fit
+  size_index by_size_;  // best fit
   std::size_t free_bytes_ = 0;
 };
 

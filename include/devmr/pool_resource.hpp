@@ -84,7 +84,9 @@ class pool_resource {
    * @throw devmr::out_of_memory when the initial reservation cannot be made
    */
   explicit pool_resource(pool_options options = {});
+  /// @brief Gives every arena back; reports blocks still allocated on stderr (no silent leak).
   ~pool_resource();
+  /// @brief Moves the pool; the moved-from object may only be destroyed or assigned to.
   pool_resource(pool_resource&&) noexcept;
   pool_resource& operator=(pool_resource&&) noexcept;
   pool_resource(pool_resource const&) = delete;

@@ -215,6 +215,10 @@ void pool_core::settle_all() {
 void pool_core::seal(stream_list& entry, void* stream) {
   if (entry.event == nullptr) {
     entry.event = order_->create_event();
+  } else if (!entry.list.empty() && order_->done(entry.event)) {
+    // The blocks of the previous seal are done with: hand them to everyone (and let them merge
+    // with their neighbours) before the event moves on.
+    ready_.absorb(entry.list);
   }
   order_->record(entry.event, stream);
   entry.list.absorb(entry.unsealed);

@@ -497,6 +497,29 @@ TEST_CASE("pool core hands a block freed on a stream to others only in order", "
     CHECK(streams->device_waits == 0);
     pool.core->deallocate(t, 4 * mib);
   }
+  SECTION("a seal hands the previous seal's blocks to everyone once their work is done") {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 128; ++i) {
+      blocks.push_back(pool.core->allocate_async(kib, 256, a_stream));
+    }
+    std::size_t const ready_before = pool.core->ready_bytes();
+    streams->launch(a_stream);
+    for (std::size_t i = 0; i < 64; ++i) {
+      pool.core->deallocate_async(blocks[i], kib, a_stream);
+    }
+    CHECK(streams->records == 1);
+    CHECK(pool.core->ready_bytes() == ready_before);
+    streams->finish(a_stream);
+    streams->launch(a_stream);  // new work that uses the second 64
+    for (std::size_t i = 64; i < 128; ++i) {
+      pool.core->deallocate_async(blocks[i], kib, a_stream);
+    }
+    CHECK(streams->records == 2);
+    CHECK(pool.core->ready_bytes() == ready_before + 64 * kib);  // the first 64 are ready
+    void* t = pool.core->allocate(4 * mib, 256);                 // the second 64 need their event
+    CHECK(streams->host_waits == 1);
+    pool.core->deallocate(t, 4 * mib);
+  }
   auto const s = pool.core->stats();
   CHECK(s.blocks.current == 0);
   CHECK(s.bytes.current == 0);

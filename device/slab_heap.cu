@@ -58,6 +58,9 @@ __global__ void reset_kernel(heap_header* h) {
   for (unsigned c = t; c < run_classes; c += blockDim.x) {
     h->free_runs[c] = empty_stack;
   }
+  for (unsigned c = t; c < slab_shards; c += blockDim.x) {
+    h->free_slabs[c].value = empty_stack;
+  }
   for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
     h->slots[s / max_slots][s % max_slots] = empty_slot;
   }
@@ -156,7 +159,7 @@ void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   DEVMR_FUNC_RANGE();
   validate_alignment(alignment);
   if (alignment > slab_bytes) {
-    throw std::invalid_argument("devmr: slab heaps align blocks to at most 256 KiB, not " +
+    throw std::invalid_argument("devmr: slab heaps align blocks to at most 1 MiB, not " +
                                 std::to_string(alignment));
   }
   if (bytes == 0) {

@@ -25,7 +25,7 @@ struct heap_options {
 
 /// @brief What a slab heap holds, from a scan of its slabs (exact when no kernel is running).
 struct heap_stats {
-  /// Number of small-block size classes: 16 B, 32 B, ... 128 KiB.
+  /// Number of small-block size classes: 16 B, 32 B, ... 512 KiB.
   static constexpr std::size_t num_size_classes = detail::heap::num_classes;
 
   /// @brief One size class.
@@ -36,14 +36,14 @@ struct heap_stats {
   };
   std::size_t bytes_in_use = 0;   ///< bytes of the blocks in use (block sizes, large runs whole)
   std::size_t blocks_in_use = 0;  ///< blocks in use, small and large
-  std::size_t large_blocks_in_use = 0;  ///< blocks above 128 KiB (runs of slabs) in use
+  std::size_t large_blocks_in_use = 0;  ///< blocks above 512 KiB (runs of slabs) in use
   std::size_t large_bytes_in_use = 0;   ///< bytes of those runs
   std::array<size_class, num_size_classes> classes{};
   std::size_t capacity_bytes = 0;  ///< bytes of all arenas
   std::size_t arenas = 0;          ///< arenas taken from the pool
   std::uint64_t failed_allocations =
       0;  ///< device allocations that returned nullptr for lack of memory
-  std::uint64_t bad_alignments = 0;  ///< alignments refused (not a power of two, or > 256 KiB)
+  std::uint64_t bad_alignments = 0;  ///< alignments refused (not a power of two, or > 1 MiB)
   std::uint64_t invalid_frees = 0;  ///< frees of pointers no block starts at (since the last check)
   std::uint64_t double_frees = 0;   ///< frees of free blocks, checked heaps (since the last check)
 };
@@ -52,7 +52,7 @@ struct heap_stats {
  * @brief The owning host object of a lock-free slab heap that kernels allocate from.
  *
  * The heap takes arenas from `upstream` (which must outlive it) and hands kernels a `slab_ref`.
- * Small blocks (up to 128 KiB, powers of two) come from 256 KiB slabs of one size class each;
+ * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
  * larger blocks are runs of whole slabs. Slabs are formatted lazily, so construction does not
  * depend on the heap's size. A slab hands each of its blocks out once and returns to circulation
  * when all its blocks are freed, so a long-lived block keeps its slab from being reused.

@@ -35,7 +35,7 @@ concept thread_group = requires(Group const& g) {
  * In device code `allocate` and `deallocate` run lock-free from any number of threads at once:
  * a warp's requests of one size class share one atomic, and so do its frees of one slab. A
  * request that cannot be served returns `nullptr` and is counted (slab_heap::stats); so is an
- * alignment that is not a power of two or is above 256 KiB. `allocate(0)` returns `nullptr` and is
+ * alignment that is not a power of two or is above 1 MiB. `allocate(0)` returns `nullptr` and is
  * no failure; `deallocate(nullptr, ...)` does nothing. Every block is aligned to at least 16
  * bytes and to the requested alignment.
  *
@@ -59,7 +59,7 @@ class slab_ref {
   /**
    * @brief Allocates a block of at least `bytes` bytes.
    * @return the block, or nullptr (device code: no memory left, or a bad alignment, counted)
-   * @throw std::invalid_argument (host) alignment not a power of two, or above 256 KiB
+   * @throw std::invalid_argument (host) alignment not a power of two, or above 1 MiB
    * @throw devmr::out_of_memory (host) the heap cannot serve the request
    */
   DEVMR_HOST_DEVICE void* allocate(std::size_t bytes,

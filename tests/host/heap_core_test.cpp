@@ -143,10 +143,10 @@ TEST_CASE("size classes cover 16 B to half a slab", "[heap][core]") {
 }
 
 TEST_CASE("a claim hands out consecutive aligned blocks of one slab", "[heap][core]") {
-  host_heap heap{{16}, false};
+  host_heap heap{{20}, false};
   auto core = heap.core();
   for (unsigned cls = 0; cls < num_classes; ++cls) {
-    claim_result const got = core.claim(cls, 0, 3);
+    claim_result const got = core.claim(cls, 0, 3, 0);
     REQUIRE(got.count == (class_capacity(cls) < 3 ? class_capacity(cls) : 3));
     CHECK(reinterpret_cast<std::uintptr_t>(got.first) % block_size(cls) == 0);
     std::uint32_t id = 0;
@@ -164,19 +164,23 @@ TEST_CASE("an exhausted slab is replaced and recycled once all its blocks are fr
   unsigned const cls = num_classes - 3;  // 32 KiB blocks, 8 per slab
   std::vector<void*> blocks;
   for (int i = 0; i < 12; ++i) {
-    claim_result const got = core.claim(cls, 0, 1);
+    claim_result const got = core.claim(cls, 0, 1, 0);
     REQUIRE(got.count == 1);
     blocks.push_back(got.first);
   }
   CHECK(heap.header().frontier[0] == 2);
   CHECK(heap.blocks_in_use() == 12);
   for (int i = 0; i < 8; ++i) {  // the first slab: exhausted, now empty
-    core.free_one(blocks[i]);
+    core.free_one(blocks[i], 0);
   }
-  CHECK(static_cast<std::uint32_t>(heap.header().free_runs[0]) != no_slab);
+  bool some_shard_holds_it = false;
+  for (auto const& head : heap.header().free_slabs) {
+    some_shard_holds_it = some_shard_holds_it || static_cast<std::uint32_t>(head.value) != no_slab;
+  }
+  CHECK(some_shard_holds_it);
   CHECK(heap.blocks_in_use() == 4);
   for (int i = 8; i < 12; ++i) {
-    core.free_one(blocks[i]);
+    core.free_one(blocks[i], 0);
   }
   CHECK(heap.blocks_in_use() == 0);
 }
@@ -189,7 +193,7 @@ TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers afte
   std::vector<void*> large;
   // Large runs first, then fill what is left with 4 KiB blocks until the heap says no.
   for (;;) {
-    void* p = core.allocate_large(2 * slab_bytes);
+    void* p = core.allocate_large(2 * slab_bytes, 0);
     if (p == nullptr) {
       break;
     }
@@ -197,7 +201,7 @@ TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers afte
   }
   CHECK(large.size() == 4);  // 3 runs of 2 in the first arena, 1 in the second
   for (;;) {
-    claim_result const got = core.claim(8, 0, 5);
+    claim_result const got = core.claim(8, 0, 5, 0);
     if (got.count == 0) {
       break;
     }
@@ -209,22 +213,22 @@ TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers afte
   CHECK(small.size() == class_capacity(8));
   CHECK(heap.blocks_in_use() == small.size() + large.size());
   for (void* p : large) {
-    core.free_one(p);
+    core.free_one(p, 0);
   }
   for (void* p : small) {
-    core.free_one(p);
+    core.free_one(p, 0);
   }
   CHECK(heap.blocks_in_use() == 0);
   // Everything is back: a run as long as the first arena's free slabs... and blocks again.
-  void* big = core.allocate_large(2 * slab_bytes);
+  void* big = core.allocate_large(2 * slab_bytes, 0);
   CHECK(big != nullptr);
-  CHECK(core.claim(0, 0, 32).count == 32);
+  CHECK(core.claim(0, 0, 32, 0).count == 32);
 }
 
 TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[heap][core]") {
   host_heap heap{{4}, true};
   auto core = heap.core();
-  claim_result const got = core.claim(2, 0, 2);  // two 64-byte blocks
+  claim_result const got = core.claim(2, 0, 2, 0);  // two 64-byte blocks
   REQUIRE(got.count == 2);
   for (std::uint32_t i = 0; i < got.count; ++i) {
     std::uint32_t id = 0;
@@ -233,20 +237,20 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
     core.mark_allocated(id, offset, 2);
   }
   int outside = 0;
-  core.free_one(&outside);            // not in the heap
-  core.free_one(got.first + 8);       // inside a block, not at its start
-  core.free_one(got.first + 64 * 5);  // a block never handed out
-  core.free_one(got.first);
-  core.free_one(got.first);  // double
+  core.free_one(&outside, 0);            // not in the heap
+  core.free_one(got.first + 8, 0);       // inside a block, not at its start
+  core.free_one(got.first + 64 * 5, 0);  // a block never handed out
+  core.free_one(got.first, 0);
+  core.free_one(got.first, 0);  // double
   CHECK(heap.header().counters.invalid_frees == 3);
   CHECK(heap.header().counters.double_frees == 1);
   CHECK(heap.blocks_in_use() == 1);
-  void* large = core.allocate_large(3 * slab_bytes);
+  void* large = core.allocate_large(3 * slab_bytes, 0);
   REQUIRE(large != nullptr);
-  core.free_one(large);
-  core.free_one(large);
+  core.free_one(large, 0);
+  core.free_one(large, 0);
   CHECK(heap.header().counters.double_frees == 2);
-  core.free_one(got.first + 64);
+  core.free_one(got.first + 64, 0);
   CHECK(heap.blocks_in_use() == 0);
 }
 
@@ -268,7 +272,7 @@ void churn(host_heap& heap,
     if (!tags_intact(block) || !granules.give(block.first)) {
       ++errors;
     }
-    core.free_one(block.first);
+    core.free_one(block.first, thread);
     live[i] = live.back();
     live.pop_back();
   };
@@ -281,7 +285,7 @@ void churn(host_heap& heap,
     }
     if (random() % 512 == 0) {
       std::size_t const bytes = max_small_bytes + 1 + random() % (3 * slab_bytes);
-      void* p = core.allocate_large(bytes);
+      void* p = core.allocate_large(bytes, thread);
       if (p != nullptr) {
         if (!granules.take(p)) {
           ++errors;
@@ -294,7 +298,7 @@ void churn(host_heap& heap,
     unsigned const cls = random() % 9;  // 16 B .. 4 KiB, like the benchmark's mixed sizes
     std::uint32_t want = 1 + random() % 32;
     while (want > 0) {
-      claim_result const got = core.claim(cls, thread % slots, want);
+      claim_result const got = core.claim(cls, thread % slots, want, thread);
       if (got.count == 0) {
         break;  // out of memory: a legal answer, the live set shrinks next
       }
@@ -343,7 +347,7 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
   // Every slab is free again: one run of at least half the first arena can be allocated...
   auto core = heap.core();
   std::vector<void*> runs;
-  for (void* p; (p = core.allocate_large(slab_bytes)) != nullptr;) {
+  for (void* p; (p = core.allocate_large(slab_bytes, 0)) != nullptr;) {
     runs.push_back(p);
   }
   // ...and, slab by slab, every slab of the heap is free (none is stuck in a slot or lost).

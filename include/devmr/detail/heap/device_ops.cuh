@@ -35,7 +35,7 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
   }
   std::size_t const size = bytes > alignment ? bytes : alignment;
   if (size > max_small_bytes) {
-    void* p = core.allocate_large(size);
+    void* p = core.allocate_large(size, sm_id());
     if (p == nullptr) {
       atomic(h->counters.failed_allocations).fetch_add(1, relaxed);
     }
@@ -52,7 +52,8 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
   unsigned const leader = __ffs(peers) - 1;
   unsigned const rank = __popc(peers & ((1u << lane) - 1u));
   unsigned const wanted = __popc(peers);
-  unsigned const slot = sm_id() & h->slot_mask;
+  unsigned const sm = sm_id();
+  unsigned const slot = sm & h->slot_mask;
 
   std::byte* mine = nullptr;
   unsigned served = 0;
@@ -60,7 +61,7 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
     std::byte* first = nullptr;
     unsigned count = 0;
     if (lane == leader) {
-      claim_result const got = core.claim(cls, slot, wanted - served);
+      claim_result const got = core.claim(cls, slot, wanted - served, sm);
       first = got.first;
       count = got.count;
     }
@@ -99,14 +100,15 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
     core.count_misuse(h->counters.invalid_frees);
     return;
   }
-  if (core.checked() && core.check_free(id, offset) != free_check::proceed) {
+  unsigned const sm = sm_id();
+  if (core.checked() && core.check_free(id, offset, sm) != free_check::proceed) {
     return;
   }
   // The threads of this warp freeing blocks of the same slab: one subtraction for all.
   unsigned const active = __activemask();
   unsigned const peers = __match_any_sync(active, id);
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
-    core.free_blocks(id, __popc(peers));
+    core.free_blocks(id, __popc(peers), sm);
   }
 }
 

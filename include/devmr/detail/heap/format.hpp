@@ -25,6 +25,9 @@ inline void initialize(heap_header& h, bool checked) {
   for (auto& head : h.free_runs) {
     head = empty_stack;
   }
+  for (auto& head : h.free_slabs) {
+    head.value = empty_stack;
+  }
   for (auto& cls : h.slots) {
     for (auto& slot : cls) {
       slot = empty_slot;

@@ -23,6 +23,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#if !DEVMR_IS_DEVICE_CODE
+#include <thread>
+#endif
 
 namespace devmr::detail::heap {
 
@@ -84,47 +87,63 @@ class heap_core {
 
   /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when the
   /// current slab runs out (the caller claims the rest with another call), none when the heap
-  /// has no slab left for this class.
-  DEVMR_HOST_DEVICE claim_result claim(unsigned cls, unsigned slot, std::uint32_t want) const {
+  /// has no slab left for this class. `hint` spreads stack traffic (the SM on the device).
+  DEVMR_HOST_DEVICE claim_result claim(unsigned cls, unsigned slot, std::uint32_t want,
+                                       unsigned hint) const {
     auto slot_word = atomic(h_->slots[cls][slot]);
     std::uint64_t seen = slot_word.load(relaxed);
     for (;;) {
-      if (seen != empty_slot) {
-        claim_result const got = claim_from(slot_id(seen), cls, want);
+      if (seen < installing_slot) {
+        bool exhausted = false;
+        claim_result const got = claim_from(slot_id(seen), cls, want, exhausted);
         if (got.count != 0) {
+          if (exhausted && got.count == want) {
+            refill(slot_word, seen, cls, hint);  // the next claimers find a fresh slab
+          }
           return got;
         }
       }
-      // The slot is empty or its slab is exhausted: install a fresh slab, our blocks pre-claimed.
-      std::uint32_t const id = acquire_run(1);
-      if (id == no_slab) {
-        // Out of slabs. Forget the exhausted slab, so that later claims go straight to the
-        // (failing) search instead of adding to its count, then try the other slots' slabs.
-        if (seen != empty_slot) {
-          slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed);
+      // The slot is empty, exhausted, or being refilled. One thread installs the next slab (it
+      // swaps in installing_slot); the others wait for it, but never without bound: after a
+      // while they install a slab themselves, so a descheduled installer holds nobody up.
+      if (seen == installing_slot) {
+        seen = wait_for_install(slot_word);
+        if (seen != installing_slot) {
+          continue;
         }
+      } else if (!slot_word.compare_exchange_strong(seen, installing_slot, relaxed, relaxed)) {
+        continue;  // the slot changed under us: `seen` holds its new value
+      }
+      std::uint32_t const id = acquire_run(1, hint);
+      if (id == no_slab) {
+        // Out of slabs: leave the slot empty, so that later claims go straight to the (failing)
+        // search instead of waiting, then look for room in the other slots' slabs.
+        std::uint64_t expected = installing_slot;
+        slot_word.compare_exchange_strong(expected, empty_slot, relaxed, relaxed);
         return steal(cls, slot, want);
       }
       std::uint32_t const capacity = class_capacity(cls);
       std::uint32_t const take = want < capacity ? want : capacity;
       std::uint32_t const gen = format_small(id, cls, take);
-      // acq_rel: publishes the formatted slab (its state was release-stored before) and, on
-      // failure, acquires the slab another thread installed.
-      if (slot_word.compare_exchange_strong(seen, make_slot(gen, id), acq_rel, acquire)) {
+      std::uint64_t expected = installing_slot;
+      // release: publishes the formatted slab to the threads that read the slot.
+      if (slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
         return {data(id), take};
       }
-      // Another thread installed a slab first: ours was never seen by anyone, put it back and
-      // claim from theirs (`seen` now holds it).
-      retire(id);
+      // A waiter that gave up on us installed a slab first: ours was never seen, put it back.
+      retire(id, hint);
+      seen = expected;
     }
   }
 
   /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left.
-  DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id, std::uint32_t count) const {
-    // acq_rel: every free of this slab happens-before the recycling thread formats it anew.
-    std::uint32_t const before = atomic(meta(id).remaining).fetch_sub(count, acq_rel);
+  DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id, std::uint32_t count, unsigned hint) const {
+    // release: the freeing threads' last writes to their blocks happen-before the slab is
+    // recycled; the thread that frees the last block acquires them all before recycling.
+    std::uint32_t const before = atomic(meta(id).remaining).fetch_sub(count, release);
     if (before == count) {
-      retire(id);
+      cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
+      retire(id, hint);
     }
   }
 
@@ -137,12 +156,12 @@ class heap_core {
   // ---- large blocks -------------------------------------------------------------------------
 
   /// A run of whole slabs for one block of `bytes` (> max_small_bytes); nullptr when none is left.
-  DEVMR_HOST_DEVICE void* allocate_large(std::size_t bytes) const {
+  DEVMR_HOST_DEVICE void* allocate_large(std::size_t bytes, unsigned hint) const {
     std::uint64_t const slabs = (bytes + slab_bytes - 1) >> slab_shift;
     if (slabs > max_slabs_per_arena) {
       return nullptr;
     }
-    std::uint32_t const id = acquire_run(static_cast<std::uint32_t>(slabs));
+    std::uint32_t const id = acquire_run(static_cast<std::uint32_t>(slabs), hint);
     if (id == no_slab) {
       return nullptr;
     }
@@ -157,7 +176,8 @@ class heap_core {
   // ---- frees --------------------------------------------------------------------------------
 
   /// Checks a free on a checked heap, recording misuse; `done` when it already freed the block.
-  DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id, std::size_t offset) const {
+  DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id, std::size_t offset,
+                                          unsigned hint) const {
     slab_meta& m = meta(id);
     std::uint64_t const state = atomic(m.state).load(acquire);
     std::uint32_t const tag = state_tag(state);
@@ -183,14 +203,14 @@ class heap_core {
       if (!atomic(m.remaining).compare_exchange_strong(expected, 0u, acq_rel, relaxed)) {
         return count_misuse(h_->counters.double_frees);
       }
-      retire(id);
+      retire(id, hint);
       return free_check::done;
     }
     return count_misuse(tag == tag_free ? h_->counters.double_frees : h_->counters.invalid_frees);
   }
 
   /// Frees one block from one thread (host paths and tests; kernels aggregate per warp).
-  DEVMR_HOST_DEVICE void free_one(void const* p) const {
+  DEVMR_HOST_DEVICE void free_one(void const* p, unsigned hint) const {
     std::uint32_t id = 0;
     std::size_t offset = 0;
     if (p == nullptr) {
@@ -200,10 +220,10 @@ class heap_core {
       count_misuse(h_->counters.invalid_frees);
       return;
     }
-    if (checked() && check_free(id, offset) != free_check::proceed) {
+    if (checked() && check_free(id, offset, hint) != free_check::proceed) {
       return;
     }
-    free_blocks(id, 1);
+    free_blocks(id, 1, hint);
   }
 
   DEVMR_HOST_DEVICE free_check count_misuse(std::uint64_t& counter) const {
@@ -215,29 +235,46 @@ class heap_core {
 
   /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
   /// is the caller's to format.
-  DEVMR_HOST_DEVICE std::uint32_t acquire_run(std::uint32_t slabs) const {
-    unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
-    std::uint32_t id = pop(fits);
-    if (id != no_slab) {
-      return split(id, slabs);
+  DEVMR_HOST_DEVICE std::uint32_t acquire_run(std::uint32_t slabs, unsigned hint) const {
+    if (slabs == 1) {
+      // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
+      std::uint32_t id = pop(shard_head(hint));
+      if (id == no_slab) {
+        id = take_fresh(1, hint);  // exactly one slab: nothing to split
+      }
+      for (unsigned s = 1; id == no_slab && s < slab_shards; ++s) {
+        id = pop(shard_head(hint + s));
+      }
+      for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
+        id = pop(h_->free_runs[c]);
+        if (id != no_slab) {
+          return split(id, 1, hint);
+        }
+      }
+      return id;
     }
-    id = take_fresh(slabs);
+    unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
+    std::uint32_t id = pop(h_->free_runs[fits]);
+    if (id != no_slab) {
+      return split(id, slabs, hint);
+    }
+    id = take_fresh(slabs, hint);
     if (id != no_slab) {
       return id;
     }
     for (unsigned c = fits + 1; c < run_classes; ++c) {
-      id = pop(c);
+      id = pop(h_->free_runs[c]);
       if (id != no_slab) {
-        return split(id, slabs);
+        return split(id, slabs, hint);
       }
     }
-    if (fits > 0) {  // runs on the stack below may still be long enough
-      id = pop(fits - 1);
+    if (fits > 1) {  // runs on the stack below may still be long enough
+      id = pop(h_->free_runs[fits - 1]);
       if (id != no_slab) {
         if (atomic(meta(id).length).load(relaxed) >= slabs) {
-          return split(id, slabs);
+          return split(id, slabs, hint);
         }
-        push(id);
+        push(id, hint);
       }
     }
     return no_slab;
@@ -245,20 +282,19 @@ class heap_core {
 
   /// Marks slab `id` (a small slab or a large run, no longer reachable by claims that could
   /// succeed) free and puts it on its stack.
-  DEVMR_HOST_DEVICE void retire(std::uint32_t id) const {
+  DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned hint) const {
     slab_meta& m = meta(id);
     std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
     atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
-    push(id);
+    push(id, hint);
   }
 
  private:
   /// Adds `want` to the count of slab `id` and keeps the blocks it got if the slab is of class
   /// `cls`. A slot can name a slab that was recycled since (and perhaps formatted for another
   /// class): blocks claimed there of another class are given back at once.
-  DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id,
-                                            unsigned cls,
-                                            std::uint32_t want) const {
+  DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id, unsigned cls, std::uint32_t want,
+                                            bool& exhausted) const {
     // acquire: pairs with the release store of the state when the slab was formatted, so that
     // the slab's previous blocks were freed (and its metadata reset) before we use it.
     std::uint64_t const before = atomic(meta(id).state).fetch_add(want, acquire);
@@ -273,9 +309,10 @@ class heap_core {
     }
     std::uint32_t const got = capacity - count < want ? capacity - count : want;
     if (tag != cls) {
-      free_blocks(id, got);
+      free_blocks(id, got, 0);
       return {nullptr, 0};
     }
+    exhausted = count + want >= capacity;
     return {data(id) + (std::size_t{count} << (cls + min_block_shift)), got};
   }
 
@@ -291,12 +328,49 @@ class heap_core {
       if (state_tag(state) != cls || state_count(state) >= class_capacity(cls)) {
         continue;
       }
-      claim_result const got = claim_from(slot_id(w), cls, want);
+      bool exhausted = false;
+      claim_result const got = claim_from(slot_id(w), cls, want, exhausted);
       if (got.count != 0) {
         return got;
       }
     }
     return {nullptr, 0};
+  }
+
+  /// After a claim took the last blocks of the slot's slab `seen`: installs the next slab now,
+  /// so that the threads behind find one instead of all noticing the exhaustion at once.
+  DEVMR_HOST_DEVICE void refill(cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
+                                std::uint64_t seen, unsigned cls, unsigned hint) const {
+    if (!slot_word.compare_exchange_strong(seen, installing_slot, relaxed, relaxed)) {
+      return;  // someone else is on it, or did it
+    }
+    std::uint32_t const id = acquire_run(1, hint);
+    std::uint64_t expected = installing_slot;
+    if (id == no_slab) {
+      slot_word.compare_exchange_strong(expected, empty_slot, relaxed, relaxed);
+      return;
+    }
+    std::uint32_t const gen = format_small(id, cls, 0);
+    // release: publishes the formatted slab.
+    if (!slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
+      retire(id, hint);
+    }
+  }
+
+  /// Waits a bounded time for the thread installing a slab in this slot; returns what the slot
+  /// holds then (still installing_slot if it took too long).
+  DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word) {
+    std::uint64_t seen = installing_slot;
+    for (unsigned round = 0; round < 64 && seen == installing_slot; ++round) {
+#if DEVMR_IS_DEVICE_CODE
+      __nanosleep(64u << (round < 4 ? round : 4));  // up to about 60 us in all
+#else
+      std::this_thread::yield();
+#endif
+      seen = slot_word.load(relaxed);
+    }
+    return seen;
   }
 
   /// Formats slab `id` for class `cls` with its first `claimed` blocks taken; returns its
@@ -323,18 +397,19 @@ class heap_core {
 
   /// Splits the free run at `id` (popped, so ours) into its first `slabs` slabs, which it
   /// returns, and a remainder that goes back on a stack.
-  DEVMR_HOST_DEVICE std::uint32_t split(std::uint32_t id, std::uint32_t slabs) const {
+  DEVMR_HOST_DEVICE std::uint32_t split(std::uint32_t id, std::uint32_t slabs,
+                                         unsigned hint) const {
     std::uint32_t const length = atomic(meta(id).length).load(relaxed);
     if (length > slabs) {
       std::uint32_t const rest = id + slabs;  // runs never cross arenas: same arena bits
       make_free_head(rest, length - slabs);
-      push(rest);
+      push(rest, hint);
     }
     return id;
   }
 
   /// Takes `slabs` slabs that were never handed out from the first arena that has them.
-  DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs) const {
+  DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs, unsigned hint) const {
     std::uint32_t const arenas = atomic(h_->arena_count).load(relaxed);
     for (std::uint32_t a = 0; a < arenas; ++a) {
       std::uint64_t const size = h_->arenas[a].slabs;
@@ -353,7 +428,7 @@ class heap_core {
         auto const rest = static_cast<std::uint32_t>(size - first);
         mark_body(id, rest);
         make_free_head(id, rest);
-        push(id);
+        push(id, hint);
       }
     }
     return no_slab;
@@ -373,10 +448,17 @@ class heap_core {
     atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
   }
 
-  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head).
-  DEVMR_HOST_DEVICE void push(std::uint32_t id) const {
+  /// The stack of single free slabs that `hint` (an SM, a thread) uses first.
+  DEVMR_HOST_DEVICE std::uint64_t& shard_head(unsigned hint) const {
+    return h_->free_slabs[hint % slab_shards].value;
+  }
+
+  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head):
+  /// single slabs on the shard of `hint`.
+  DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned hint) const {
     slab_meta& m = meta(id);
-    auto head = atomic(h_->free_runs[floor_log2(atomic(m.length).load(relaxed))]);
+    std::uint32_t const length = atomic(m.length).load(relaxed);
+    auto head = atomic(length == 1 ? shard_head(hint) : h_->free_runs[floor_log2(length)]);
     std::uint64_t top = head.load(relaxed);
     std::uint64_t next;
     do {
@@ -386,9 +468,9 @@ class heap_core {
     } while (!head.compare_exchange_weak(top, next, release, relaxed));
   }
 
-  /// Pops a free run from stack `cls`, or no_slab.
-  DEVMR_HOST_DEVICE std::uint32_t pop(unsigned cls) const {
-    auto head = atomic(h_->free_runs[cls]);
+  /// Pops a free run from the stack with head `word`, or no_slab.
+  DEVMR_HOST_DEVICE std::uint32_t pop(std::uint64_t& word) const {
+    auto head = atomic(word);
     // acquire: pairs with the push's release, so the run's metadata is read as pushed.
     std::uint64_t top = head.load(acquire);
     while (static_cast<std::uint32_t>(top) != no_slab) {

@@ -11,8 +11,9 @@
 
 namespace devmr::detail::heap {
 
-/// A slab is the unit the heap hands out: 256 KiB, aligned to its size within its arena.
-inline constexpr unsigned slab_shift = 18;
+/// A slab is the unit the heap hands out: 1 MiB, aligned to its size within its arena. Large
+/// enough that a slab of 4 KiB blocks serves 8 warps between replacements.
+inline constexpr unsigned slab_shift = 20;
 inline constexpr std::size_t slab_bytes = std::size_t{1} << slab_shift;
 
 /// Small blocks come from slabs of one size class: powers of two from 16 B to half a slab.
@@ -29,8 +30,10 @@ inline constexpr std::size_t check_words_per_slab = max_blocks_per_slab / 64;
 inline constexpr unsigned max_arenas = 64;
 /// Current-slab slots per size class; a warp uses the slot of its SM (masked).
 inline constexpr unsigned max_slots = 256;
-/// Free runs of slabs are kept in stacks by floor(log2(length)).
+/// Free runs of slabs are kept in stacks by floor(log2(length)); single free slabs in
+/// `slab_shards` stacks, so that recycling slabs from every SM at once does not meet on one word.
 inline constexpr unsigned run_classes = 32;
+inline constexpr unsigned slab_shards = 32;
 
 /// A slab id names a slab by arena and index: arena in the top 6 bits, index in the low 26.
 inline constexpr unsigned arena_id_shift = 26;
@@ -80,6 +83,8 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
 /// Comparing the whole word in a CAS keeps a thread that saw an old generation from replacing a
 /// slab that was recycled and installed again since.
 inline constexpr std::uint64_t empty_slot = ~std::uint64_t{0};
+/// A slot whose next slab one thread is installing; others wait for it, for a bounded time.
+inline constexpr std::uint64_t installing_slot = empty_slot - 1;
 
 DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t gen, std::uint32_t id) {
   return (std::uint64_t{gen & 0xffffffu} << 32) | id;
@@ -122,6 +127,11 @@ struct heap_counters {
   std::uint64_t double_frees;        ///< blocks freed when already free (checked heaps)
 };
 
+/// A word alone in its 128-byte line: heads that many SMs update at once.
+struct alignas(128) padded_word {
+  std::uint64_t value;
+};
+
 /// Everything kernels need, in device-accessible memory; a slab_ref points at it.
 struct heap_header {
   arena_desc arenas[max_arenas];
@@ -130,7 +140,8 @@ struct heap_header {
   std::uint32_t slot_mask;             ///< slots in use per class, minus one (a power of two)
   std::uint32_t checked;               ///< nonzero: validate every free, keep block bitmaps
   std::uint32_t unused;
-  std::uint64_t free_runs[run_classes];  ///< Treiber stack heads (see empty_stack)
+  std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)
+  padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM
   heap_counters counters;
   alignas(128) std::uint64_t slots[num_classes][max_slots];
 };

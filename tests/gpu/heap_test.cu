@@ -214,13 +214,16 @@ TEST_CASE("2^22 threads, mixed sizes and 4 KiB: no overlap, all returned", "[hea
 TEST_CASE("large classes and runs of slabs from kernels", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 9 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 8 * gib}};
-  block_table table{1u << 12};
+  // First one block of half the heap, while the heap is in one piece: free runs are not merged
+  // again, so a run this long exists only before the heap is cut into shorter ones.
+  block_table one{1};
+  allocate_verify_free(heap, one, 4 * gib, 16);
+  allocate_verify_free(heap, one, 4 * gib, 16);  // the same run again, from its free stack
+  block_table table{1u << 10};
   for (std::size_t size : {std::size_t{65536}, std::size_t{262144}, std::size_t{524288},
                            std::size_t{524289}, std::size_t{1000000}, std::size_t{3} << 20}) {
     allocate_verify_free(heap, table, size, 16);
   }
-  block_table one{1};
-  allocate_verify_free(heap, one, 4 * gib, 16);  // one block of half the heap
 }
 
 TEST_CASE("every power-of-two alignment up to 4096 is honoured", "[heap][gpu]") {

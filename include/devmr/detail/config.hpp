@@ -16,6 +16,14 @@
 #define DEVMR_DEVICE
 #endif
 
+/// Keeps a slow path out of the caller, so that the registers it needs do not count against the
+/// fast path (and the user kernel it is inlined into).
+#if defined(__CUDACC__)
+#define DEVMR_NOINLINE __noinline__
+#else
+#define DEVMR_NOINLINE __attribute__((noinline))
+#endif
+
 /// Kernels defined in devmr's headers are hidden, so that two shared libraries that both include
 /// devmr do not clash on their symbols.
 #define DEVMR_KERNEL __attribute__((visibility("hidden"))) __global__

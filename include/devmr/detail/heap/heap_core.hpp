@@ -20,6 +20,7 @@
 #include <devmr/detail/heap/layout.hpp>
 
 #include <cuda/atomic>
+#include <cuda/std/bit>
 
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,22 @@ inline constexpr auto acquire = cuda::std::memory_order_acquire;
 inline constexpr auto release = cuda::std::memory_order_release;
 inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
 
+/// Reads a word of the arena table. Kernels see the table as read-only (the host changes it only
+/// between launches), so device code reads it through the non-coherent cache.
+template <class T>
+DEVMR_HOST_DEVICE T read_only(T const& word) {
+#if DEVMR_IS_DEVICE_CODE
+  static_assert(sizeof(T) == 8 || sizeof(T) == 4);
+  if constexpr (sizeof(T) == 8) {
+    return cuda::std::bit_cast<T>(__ldg(reinterpret_cast<unsigned long long const*>(&word)));
+  } else {
+    return cuda::std::bit_cast<T>(__ldg(reinterpret_cast<unsigned int const*>(&word)));
+  }
+#else
+  return word;
+#endif
+}
+
 /// Blocks a claim obtained: `count` consecutive blocks of the class starting at `first`.
 struct claim_result {
   std::byte* first;
@@ -56,25 +73,26 @@ class heap_core {
   DEVMR_HOST_DEVICE heap_header* header() const { return h_; }
 
   DEVMR_HOST_DEVICE slab_meta& meta(std::uint32_t id) const {
-    return h_->arenas[arena_of(id)].meta[index_of(id)];
+    return read_only(h_->arenas[arena_of(id)].meta)[index_of(id)];
   }
   DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
-    return h_->arenas[arena_of(id)].base + (std::size_t{index_of(id)} << slab_shift);
+    return read_only(h_->arenas[arena_of(id)].base) + (std::size_t{index_of(id)} << slab_shift);
   }
   DEVMR_HOST_DEVICE std::uint64_t* check_bits(std::uint32_t id) const {
-    return h_->arenas[arena_of(id)].check_bits + std::size_t{index_of(id)} * check_words_per_slab;
+    return read_only(h_->arenas[arena_of(id)].check_bits) +
+           std::size_t{index_of(id)} * check_words_per_slab;
   }
   DEVMR_HOST_DEVICE bool checked() const { return h_->checked != 0; }
 
   /// Finds the slab that holds `p`: its id and the offset of `p` in it. False when no arena of
   /// this heap holds `p`.
   DEVMR_HOST_DEVICE bool locate(void const* p, std::uint32_t& id, std::size_t& offset) const {
-    std::uint32_t const arenas = atomic(h_->arena_count).load(relaxed);
+    std::uint32_t const arenas = read_only(h_->arena_count);
     auto const address = reinterpret_cast<std::uintptr_t>(p);
     for (std::uint32_t a = 0; a < arenas; ++a) {
       arena_desc const& arena = h_->arenas[a];
-      std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(arena.base);
-      if (off < (arena.slabs << slab_shift)) {
+      std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(read_only(arena.base));
+      if (off < (read_only(arena.slabs) << slab_shift)) {
         id = make_slab_id(a, static_cast<std::uint32_t>(off >> slab_shift));
         offset = off & (slab_bytes - 1);
         return true;
@@ -235,15 +253,15 @@ class heap_core {
 
   /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
   /// is the caller's to format.
-  DEVMR_HOST_DEVICE std::uint32_t acquire_run(std::uint32_t slabs, unsigned hint) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
       // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
       std::uint32_t id = pop(shard_head(hint));
       if (id == no_slab) {
         id = take_fresh(1, hint);  // exactly one slab: nothing to split
       }
-      for (unsigned s = 1; id == no_slab && s < slab_shards; ++s) {
-        id = pop(shard_head(hint + s));
+      for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
+        id = pop_any_shard(hint + s);
       }
       for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
         id = pop(h_->free_runs[c]);
@@ -317,11 +335,11 @@ class heap_core {
   }
 
   /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
-  DEVMR_HOST_DEVICE claim_result steal(unsigned cls, unsigned own, std::uint32_t want) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls, unsigned own, std::uint32_t want) const {
     std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
     for (std::uint32_t s = 0; s < slots; ++s) {
       std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
-      if (w == empty_slot) {
+      if (w >= installing_slot) {  // empty, or its next slab is on the way: nothing to take
         continue;
       }
       std::uint64_t const state = atomic(meta(slot_id(w)).state).load(relaxed);
@@ -364,7 +382,7 @@ class heap_core {
     std::uint64_t seen = installing_slot;
     for (unsigned round = 0; round < 64 && seen == installing_slot; ++round) {
 #if DEVMR_IS_DEVICE_CODE
-      __nanosleep(64u << (round < 4 ? round : 4));  // up to about 60 us in all
+      __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~35 us in all
 #else
       std::this_thread::yield();
 #endif
@@ -410,9 +428,9 @@ class heap_core {
 
   /// Takes `slabs` slabs that were never handed out from the first arena that has them.
   DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs, unsigned hint) const {
-    std::uint32_t const arenas = atomic(h_->arena_count).load(relaxed);
+    std::uint32_t const arenas = read_only(h_->arena_count);
     for (std::uint32_t a = 0; a < arenas; ++a) {
-      std::uint64_t const size = h_->arenas[a].slabs;
+      std::uint64_t const size = read_only(h_->arenas[a].slabs);
       auto frontier = atomic(h_->frontier[a]);
       if (frontier.load(relaxed) + slabs > size) {
         continue;
@@ -466,6 +484,24 @@ class heap_core {
       next = (((top >> 32) + 1) << 32) | id;
       // release: the run's metadata (and the frees that emptied it) are visible to its popper.
     } while (!head.compare_exchange_weak(top, next, release, relaxed));
+  }
+
+  /// Looks at `shard_scan_width` shards from `first` at once (independent loads) and pops from
+  /// the first that is not empty.
+  DEVMR_HOST_DEVICE std::uint32_t pop_any_shard(unsigned first) const {
+    std::uint64_t tops[shard_scan_width];
+    for (unsigned i = 0; i < shard_scan_width; ++i) {
+      tops[i] = atomic(shard_head(first + i)).load(relaxed);
+    }
+    for (unsigned i = 0; i < shard_scan_width; ++i) {
+      if (static_cast<std::uint32_t>(tops[i]) != no_slab) {
+        std::uint32_t const id = pop(shard_head(first + i));
+        if (id != no_slab) {
+          return id;
+        }
+      }
+    }
+    return no_slab;
   }
 
   /// Pops a free run from the stack with head `word`, or no_slab.

@@ -33,7 +33,10 @@ inline constexpr unsigned max_slots = 256;
 /// Free runs of slabs are kept in stacks by floor(log2(length)); single free slabs in
 /// `slab_shards` stacks, so that recycling slabs from every SM at once does not meet on one word.
 inline constexpr unsigned run_classes = 32;
-inline constexpr unsigned slab_shards = 32;
+inline constexpr unsigned slab_shards = 128;
+/// Shards looked at together when a thread's own shard is empty.
+inline constexpr unsigned shard_scan_width = 8;
+static_assert(slab_shards % shard_scan_width == 0);
 
 /// A slab id names a slab by arena and index: arena in the top 6 bits, index in the low 26.
 inline constexpr unsigned arena_id_shift = 26;

@@ -360,3 +360,53 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
   CHECK(runs.size() + held_by_slots >= heap.total_slabs() - num_classes);
   CHECK(runs.size() + held_by_slots <= heap.total_slabs());
 }
+
+TEST_CASE("slabs installed by waiters that gave up, and stale slots, never hand a block out twice",
+          "[heap][core][threads]") {
+  // Many more threads than cores on one slot of a class with 8 blocks per slab: installers get
+  // descheduled, waiters give up and install their own slab, slots point at recycled slabs.
+  unsigned const threads = 16;
+  host_heap heap{{48}, false};
+  granule_table granules{heap};
+  std::atomic<int> errors{0};
+  unsigned const cls = num_classes - 3;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      auto core = heap.core();
+      std::mt19937 random{t};
+      std::vector<live_block> live;
+      for (int op = 0; op < 20000; ++op) {
+        if (!live.empty() && (live.size() > 6 || random() % 2 == 0)) {
+          std::size_t const i = random() % live.size();
+          if (!tags_intact(live[i]) || !granules.give(live[i].first)) {
+            ++errors;
+          }
+          core.free_one(live[i].first, t);
+          live[i] = live.back();
+          live.pop_back();
+          continue;
+        }
+        claim_result const got = core.claim(cls, t % 2, 1 + random() % 3, t);
+        for (std::uint32_t i = 0; i < got.count; ++i) {
+          void* p = got.first + i * class_bytes(cls);
+          if (!granules.take(p)) {
+            ++errors;
+          }
+          live.push_back(tag_block(p, class_bytes(cls), t << 20 | op));
+        }
+      }
+      for (auto const& b : live) {
+        if (!tags_intact(b) || !granules.give(b.first)) {
+          ++errors;
+        }
+        core.free_one(b.first, t);
+      }
+    });
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+  CHECK(errors == 0);
+  CHECK(heap.blocks_in_use() == 0);
+}

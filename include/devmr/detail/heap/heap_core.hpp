@@ -106,7 +106,9 @@ class heap_core {
   /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when the
   /// current slab runs out (the caller claims the rest with another call), none when the heap
   /// has no slab left for this class. `hint` spreads stack traffic (the SM on the device).
-  DEVMR_HOST_DEVICE claim_result claim(unsigned cls, unsigned slot, std::uint32_t want,
+  DEVMR_HOST_DEVICE claim_result claim(unsigned cls,
+                                       unsigned slot,
+                                       std::uint32_t want,
                                        unsigned hint) const {
     auto slot_word = atomic(h_->slots[cls][slot]);
     std::uint64_t seen = slot_word.load(relaxed);
@@ -145,12 +147,23 @@ class heap_core {
       std::uint32_t const gen = format_small(id, cls, take);
       std::uint64_t expected = installing_slot;
       // release: publishes the formatted slab to the threads that read the slot.
-      if (slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
-        return {data(id), take};
+      if (!slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
+        // A waiter that gave up on us installed a slab first. Ours is still ours to use, but it
+        // cannot go back to a stack: threads holding an old slot value for it (from an earlier
+        // life) may have claimed blocks of it since we formatted it.
+        close(id, cls, hint);
       }
-      // A waiter that gave up on us installed a slab first: ours was never seen, put it back.
-      retire(id, hint);
-      seen = expected;
+      return {data(id), take};
+    }
+  }
+
+  /// Ends the claims on slab `id` of class `cls`, which no slot will hold: the blocks nobody
+  /// claimed yet are given back, so the slab is recycled once the claimed ones are freed.
+  DEVMR_HOST_DEVICE void close(std::uint32_t id, unsigned cls, unsigned hint) const {
+    std::uint32_t const capacity = class_capacity(cls);
+    std::uint32_t const claimed = state_count(atomic(meta(id).state).fetch_add(capacity, relaxed));
+    if (claimed < capacity) {
+      free_blocks(id, capacity - claimed, hint);
     }
   }
 
@@ -194,7 +207,8 @@ class heap_core {
   // ---- frees --------------------------------------------------------------------------------
 
   /// Checks a free on a checked heap, recording misuse; `done` when it already freed the block.
-  DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id, std::size_t offset,
+  DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id,
+                                          std::size_t offset,
                                           unsigned hint) const {
     slab_meta& m = meta(id);
     std::uint64_t const state = atomic(m.state).load(acquire);
@@ -253,7 +267,8 @@ class heap_core {
 
   /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
   /// is the caller's to format.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs, unsigned hint) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs,
+                                                             unsigned hint) const {
     if (slabs == 1) {
       // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
       std::uint32_t id = pop(shard_head(hint));
@@ -311,7 +326,9 @@ class heap_core {
   /// Adds `want` to the count of slab `id` and keeps the blocks it got if the slab is of class
   /// `cls`. A slot can name a slab that was recycled since (and perhaps formatted for another
   /// class): blocks claimed there of another class are given back at once.
-  DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id, unsigned cls, std::uint32_t want,
+  DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id,
+                                            unsigned cls,
+                                            std::uint32_t want,
                                             bool& exhausted) const {
     // acquire: pairs with the release store of the state when the slab was formatted, so that
     // the slab's previous blocks were freed (and its metadata reset) before we use it.
@@ -335,7 +352,9 @@ class heap_core {
   }
 
   /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls, unsigned own, std::uint32_t want) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls,
+                                                      unsigned own,
+                                                      std::uint32_t want) const {
     std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
     for (std::uint32_t s = 0; s < slots; ++s) {
       std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
@@ -357,8 +376,11 @@ class heap_core {
 
   /// After a claim took the last blocks of the slot's slab `seen`: installs the next slab now,
   /// so that the threads behind find one instead of all noticing the exhaustion at once.
-  DEVMR_HOST_DEVICE void refill(cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
-                                std::uint64_t seen, unsigned cls, unsigned hint) const {
+  DEVMR_HOST_DEVICE void refill(
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
+      std::uint64_t seen,
+      unsigned cls,
+      unsigned hint) const {
     if (!slot_word.compare_exchange_strong(seen, installing_slot, relaxed, relaxed)) {
       return;  // someone else is on it, or did it
     }
@@ -371,7 +393,7 @@ class heap_core {
     std::uint32_t const gen = format_small(id, cls, 0);
     // release: publishes the formatted slab.
     if (!slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
-      retire(id, hint);
+      close(id, cls, hint);  // see claim(): stale claims may have reached it already
     }
   }
 
@@ -380,7 +402,9 @@ class heap_core {
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word) {
     std::uint64_t seen = installing_slot;
-    for (unsigned round = 0; round < 64 && seen == installing_slot; ++round) {
+    // Host threads (tests of this core) give up soon, so that the give-up path runs often.
+    unsigned const rounds = DEVMR_IS_DEVICE_CODE ? 64 : 4;
+    for (unsigned round = 0; round < rounds && seen == installing_slot; ++round) {
 #if DEVMR_IS_DEVICE_CODE
       __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~35 us in all
 #else
@@ -415,8 +439,9 @@ class heap_core {
 
   /// Splits the free run at `id` (popped, so ours) into its first `slabs` slabs, which it
   /// returns, and a remainder that goes back on a stack.
-  DEVMR_HOST_DEVICE std::uint32_t split(std::uint32_t id, std::uint32_t slabs,
-                                         unsigned hint) const {
+  DEVMR_HOST_DEVICE std::uint32_t split(std::uint32_t id,
+                                        std::uint32_t slabs,
+                                        unsigned hint) const {
     std::uint32_t const length = atomic(meta(id).length).load(relaxed);
     if (length > slabs) {
       std::uint32_t const rest = id + slabs;  // runs never cross arenas: same arena bits
@@ -471,12 +496,13 @@ class heap_core {
     return h_->free_slabs[hint % slab_shards].value;
   }
 
-  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head):
-  /// single slabs on the shard of `hint`.
-  DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned hint) const {
+  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head).
+  /// Single slabs go to a shard chosen by their id, not by the pushing SM: an SM's warps that
+  /// recycle slabs at the same moment then meet on different words.
+  DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned) const {
     slab_meta& m = meta(id);
     std::uint32_t const length = atomic(m.length).load(relaxed);
-    auto head = atomic(length == 1 ? shard_head(hint) : h_->free_runs[floor_log2(length)]);
+    auto head = atomic(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)]);
     std::uint64_t top = head.load(relaxed);
     std::uint64_t next;
     do {

@@ -61,6 +61,9 @@ __global__ void reset_kernel(heap_header* h) {
   for (unsigned c = t; c < slab_shards; c += blockDim.x) {
     h->free_slabs[c].value = empty_stack;
   }
+  if (t == 0) {
+    h->runs_in_flight.value = 0;
+  }
   for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
     h->slots[s / max_slots][s % max_slots] = empty_slot;
   }

@@ -410,3 +410,30 @@ TEST_CASE("slabs installed by waiters that gave up, and stale slots, never hand 
   CHECK(errors == 0);
   CHECK(heap.blocks_in_use() == 0);
 }
+
+TEST_CASE("a run being split is not reported missing: a heap's worth of runs all succeed",
+          "[heap][core][threads]") {
+  for (int round = 0; round < 50; ++round) {
+    host_heap heap{{64}, false};
+    auto core = heap.core();
+    void* whole = core.allocate_large(64 * slab_bytes, 0);
+    REQUIRE(whole != nullptr);
+    core.free_one(whole, 0);  // one free run of 64 slabs: every request below splits it
+    std::atomic<int> failures{0};
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < 8; ++t) {
+      pool.emplace_back([&, t] {
+        for (int i = 0; i < 4; ++i) {  // 8 threads x 4 runs x 2 slabs: exactly the heap
+          if (core.allocate_large(2 * slab_bytes, t) == nullptr) {
+            ++failures;
+          }
+        }
+      });
+    }
+    for (auto& t : pool) {
+      t.join();
+    }
+    REQUIRE(failures == 0);
+    CHECK(core.allocate_large(slab_bytes, 0) == nullptr);  // and then the heap is full
+  }
+}

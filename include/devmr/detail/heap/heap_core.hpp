@@ -266,51 +266,28 @@ class heap_core {
   // ---- slab runs ----------------------------------------------------------------------------
 
   /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
-  /// is the caller's to format.
+  /// is the caller's to format. A run being split is off its stack for a moment: a search that
+  /// found nothing while one was (or whose remainder came back meanwhile) looks again, a bounded
+  /// number of times, so that memory in flight is not reported as missing.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs,
                                                              unsigned hint) const {
-    if (slabs == 1) {
-      // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
-      std::uint32_t id = pop(shard_head(hint));
-      if (id == no_slab) {
-        id = take_fresh(1, hint);  // exactly one slab: nothing to split
+    for (unsigned attempt = 0;; ++attempt) {
+      std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
+      std::uint32_t const id = search_run(slabs, hint);
+      if (id != no_slab || attempt == 64) {
+        return id;
       }
-      for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
-        id = pop_any_shard(hint + s);
+      // acquire: pairs with the release in pop_run, so a retry sees the remainder pushed back.
+      if (atomic(h_->runs_in_flight.value).load(acquire) == 0 &&
+          atomic(h_->runs_returned.value).load(acquire) == returned) {
+        return no_slab;
       }
-      for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
-        id = pop(h_->free_runs[c]);
-        if (id != no_slab) {
-          return split(id, 1, hint);
-        }
-      }
-      return id;
+#if DEVMR_IS_DEVICE_CODE
+      __nanosleep(256);
+#else
+      std::this_thread::yield();
+#endif
     }
-    unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
-    std::uint32_t id = pop(h_->free_runs[fits]);
-    if (id != no_slab) {
-      return split(id, slabs, hint);
-    }
-    id = take_fresh(slabs, hint);
-    if (id != no_slab) {
-      return id;
-    }
-    for (unsigned c = fits + 1; c < run_classes; ++c) {
-      id = pop(h_->free_runs[c]);
-      if (id != no_slab) {
-        return split(id, slabs, hint);
-      }
-    }
-    if (fits > 1) {  // runs on the stack below may still be long enough
-      id = pop(h_->free_runs[fits - 1]);
-      if (id != no_slab) {
-        if (atomic(meta(id).length).load(relaxed) >= slabs) {
-          return split(id, slabs, hint);
-        }
-        push(id, hint);
-      }
-    }
-    return no_slab;
   }
 
   /// Marks slab `id` (a small slab or a large run, no longer reachable by claims that could
@@ -323,6 +300,65 @@ class heap_core {
   }
 
  private:
+  /// One search for a run of `slabs` slabs (see acquire_run).
+  DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
+    if (slabs == 1) {
+      // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
+      std::uint32_t id = pop(shard_head(hint));
+      if (id == no_slab) {
+        id = take_fresh(1, hint);  // exactly one slab: nothing to split
+      }
+      for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
+        id = pop_any_shard(hint + s);
+      }
+      for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
+        id = pop_run(c, 1, hint);
+      }
+      return id;
+    }
+    unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
+    std::uint32_t id = pop_run(fits, slabs, hint);
+    if (id == no_slab) {
+      id = take_fresh(slabs, hint);
+    }
+    for (unsigned c = fits + 1; id == no_slab && c < run_classes; ++c) {
+      id = pop_run(c, slabs, hint);
+    }
+    if (id == no_slab && fits > 1) {  // runs on the stack below may still be long enough
+      id = pop_run(fits - 1, slabs, hint);
+    }
+    return id;
+  }
+
+  /// Pops a run from stack `cls` and cuts `slabs` slabs off it (the rest goes back), or puts it
+  /// back if it is too short. Counted in flight meanwhile.
+  DEVMR_HOST_DEVICE std::uint32_t pop_run(unsigned cls, std::uint32_t slabs, unsigned hint) const {
+    if (static_cast<std::uint32_t>(atomic(h_->free_runs[cls]).load(relaxed)) == no_slab) {
+      return no_slab;  // cheap look first: most stacks are empty most of the time
+    }
+    // acq_rel: a searcher that sees the run gone (the pop's release) also sees this count.
+    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    std::uint32_t id = pop(h_->free_runs[cls]);
+    bool pushed_back = false;
+    if (id != no_slab) {
+      std::uint32_t const length = atomic(meta(id).length).load(relaxed);
+      if (length < slabs) {
+        push(id, hint);
+        id = no_slab;
+        pushed_back = true;
+      } else if (length > slabs) {
+        split(id, slabs, hint);
+        pushed_back = true;
+      }
+    }
+    if (pushed_back) {
+      atomic(h_->runs_returned.value).fetch_add(1, release);
+    }
+    // release: the remainder is on its stack before a searcher sees the count drop.
+    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
+    return id;
+  }
+
   /// Adds `want` to the count of slab `id` and keeps the blocks it got if the slab is of class
   /// `cls`. A slot can name a slab that was recycled since (and perhaps formatted for another
   /// class): blocks claimed there of another class are given back at once.
@@ -540,7 +576,8 @@ class heap_core {
       // Another thread may pop and reuse `id` meanwhile: then `next` is garbage, but the tag in
       // the head has changed and the CAS fails.
       std::uint32_t const next = atomic(meta(id).next).load(relaxed);
-      if (head.compare_exchange_weak(top, (((top >> 32) + 1) << 32) | next, acquire, acquire)) {
+      // acq_rel: a searcher that sees this pop also sees what the popper did before it.
+      if (head.compare_exchange_weak(top, (((top >> 32) + 1) << 32) | next, acq_rel, acquire)) {
         return id;
       }
     }

@@ -437,3 +437,29 @@ TEST_CASE("a run being split is not reported missing: a heap's worth of runs all
     CHECK(core.allocate_large(slab_bytes, 0) == nullptr);  // and then the heap is full
   }
 }
+
+TEST_CASE("many threads cutting runs from one long free run all find memory",
+          "[heap][core][threads]") {
+  for (int round = 0; round < 20; ++round) {
+    host_heap heap{{600}, false};
+    auto core = heap.core();
+    void* whole = core.allocate_large(600 * slab_bytes, 0);
+    REQUIRE(whole != nullptr);
+    core.free_one(whole, 0);  // one run: every thread must cut from it (or from its pieces)
+    std::atomic<int> failures{0};
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < 16; ++t) {
+      pool.emplace_back([&, t] {
+        for (int i = 0; i < 12; ++i) {  // 16 x 12 x 3 = 576 of 600 slabs
+          if (core.allocate_large(3 * slab_bytes, t) == nullptr) {
+            ++failures;
+          }
+        }
+      });
+    }
+    for (auto& t : pool) {
+      t.join();
+    }
+    REQUIRE(failures == 0);
+  }
+}

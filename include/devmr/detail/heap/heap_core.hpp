@@ -274,7 +274,7 @@ class heap_core {
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
       std::uint32_t const id = search_run(slabs, hint);
-      if (id != no_slab || attempt == 64) {
+      if (id != no_slab || attempt == 128) {
         return id;
       }
       // acquire: pairs with the release in pop_run, so a retry sees the remainder pushed back.
@@ -283,7 +283,7 @@ class heap_core {
         return no_slab;
       }
 #if DEVMR_IS_DEVICE_CODE
-      __nanosleep(256);
+      __nanosleep(attempt < 16 ? 256u : 1024u);  // ~120 us at most
 #else
       std::this_thread::yield();
 #endif
@@ -474,15 +474,22 @@ class heap_core {
   }
 
   /// Splits the free run at `id` (popped, so ours) into its first `slabs` slabs, which it
-  /// returns, and a remainder that goes back on a stack.
+  /// returns, and a remainder that goes back on the stacks. A long remainder goes back in up to
+  /// four pieces (halving, in multiples of `slabs`, so that requests like this one can use every
+  /// slab), so that threads splitting at the same time soon find runs of their own instead of
+  /// queuing for the one long run.
   DEVMR_HOST_DEVICE std::uint32_t split(std::uint32_t id,
                                         std::uint32_t slabs,
                                         unsigned hint) const {
-    std::uint32_t const length = atomic(meta(id).length).load(relaxed);
-    if (length > slabs) {
-      std::uint32_t const rest = id + slabs;  // runs never cross arenas: same arena bits
-      make_free_head(rest, length - slabs);
-      push(rest, hint);
+    std::uint32_t rest = atomic(meta(id).length).load(relaxed) - slabs;
+    std::uint32_t at = id + slabs;  // runs never cross arenas: same arena bits
+    for (unsigned piece = 0; rest != 0; ++piece) {
+      std::uint32_t const half = rest / 2 / slabs * slabs;
+      std::uint32_t const length = piece < 3 && half >= slabs ? half : rest;
+      make_free_head(at, length);
+      push(at, hint);
+      at += length;
+      rest -= length;
     }
     return id;
   }

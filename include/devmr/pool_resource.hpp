@@ -1,5 +1,6 @@
 #pragma once
 
+#include <devmr/detail/cccl_concepts.hpp>
 #include <devmr/detail/config.hpp>
 #include <devmr/errors.hpp>
 #include <devmr/memory_kind.hpp>
@@ -204,11 +205,13 @@ using pinned_pool = pool_resource<memory_kind::pinned>;
 #include <devmr/detail/pool/pool_core.hpp>
 #include <devmr/detail/pool/pool_resource_impl.hpp>
 
-static_assert(cuda::mr::async_resource_with<devmr::device_pool, cuda::mr::device_accessible>);
-static_assert(!cuda::mr::resource_with<devmr::device_pool, cuda::mr::host_accessible>);
-static_assert(cuda::mr::async_resource_with<devmr::managed_pool,
-                                            cuda::mr::device_accessible,
-                                            cuda::mr::host_accessible>);
-static_assert(cuda::mr::async_resource_with<devmr::pinned_pool,
-                                            cuda::mr::device_accessible,
-                                            cuda::mr::host_accessible>);
+static_assert(
+    devmr::detail::stream_ordered_resource_with<devmr::device_pool, cuda::mr::device_accessible>);
+static_assert(
+    !devmr::detail::synchronous_resource_with<devmr::device_pool, cuda::mr::host_accessible>);
+static_assert(devmr::detail::stream_ordered_resource_with<devmr::managed_pool,
+                                                          cuda::mr::device_accessible,
+                                                          cuda::mr::host_accessible>);
+static_assert(devmr::detail::stream_ordered_resource_with<devmr::pinned_pool,
+                                                          cuda::mr::device_accessible,
+                                                          cuda::mr::host_accessible>);

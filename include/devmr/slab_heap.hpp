@@ -1,5 +1,6 @@
 #pragma once
 
+#include <devmr/detail/cccl_concepts.hpp>
 #include <devmr/detail/config.hpp>
 #include <devmr/memory_kind.hpp>
 #include <devmr/pool_resource.hpp>
@@ -141,13 +142,15 @@ using device_heap = slab_heap<memory_kind::device>;
 using managed_heap = slab_heap<memory_kind::managed>;
 using pinned_heap = slab_heap<memory_kind::pinned>;
 
-static_assert(cuda::mr::resource_with<slab_ref<memory_kind::device>, cuda::mr::device_accessible>);
-static_assert(!cuda::mr::resource_with<slab_ref<memory_kind::device>, cuda::mr::host_accessible>);
-static_assert(cuda::mr::resource_with<slab_ref<memory_kind::managed>,
-                                      cuda::mr::device_accessible,
-                                      cuda::mr::host_accessible>);
-static_assert(cuda::mr::resource_with<slab_ref<memory_kind::pinned>,
-                                      cuda::mr::device_accessible,
-                                      cuda::mr::host_accessible>);
+static_assert(
+    detail::synchronous_resource_with<slab_ref<memory_kind::device>, cuda::mr::device_accessible>);
+static_assert(
+    !detail::synchronous_resource_with<slab_ref<memory_kind::device>, cuda::mr::host_accessible>);
+static_assert(detail::synchronous_resource_with<slab_ref<memory_kind::managed>,
+                                                cuda::mr::device_accessible,
+                                                cuda::mr::host_accessible>);
+static_assert(detail::synchronous_resource_with<slab_ref<memory_kind::pinned>,
+                                                cuda::mr::device_accessible,
+                                                cuda::mr::host_accessible>);
 
 }  // namespace devmr

@@ -1,6 +1,7 @@
 // slab_heap's host side and the library's own heap kernels: formatting, host-initiated
 // allocations and frees, reset, statistics scans.
 
+#include <devmr/detail/device_guard.hpp>
 #include <devmr/detail/heap/device_ops.cuh>
 #include <devmr/detail/heap/format.hpp>
 #include <devmr/detail/nvtx.hpp>
@@ -93,29 +94,6 @@ __global__ void stats_kernel(heap_header* h, scan_totals* totals) {
   }
 }
 
-/// Makes the heap's device current for a scope.
-class device_guard {
- public:
-  explicit device_guard(int device) {
-    DEVMR_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) {
-      DEVMR_CUDA_TRY(cudaSetDevice(device));
-    }
-    restore_ = previous_ != device;
-  }
-  ~device_guard() {
-    if (restore_) {
-      cudaSetDevice(previous_);
-    }
-  }
-  device_guard(device_guard const&) = delete;
-  device_guard& operator=(device_guard const&) = delete;
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
 /// What host code needs to know of a live heap from its header pointer alone (slab_ref's host
 /// path): its device and its arenas.
 struct registered_heap {
@@ -168,7 +146,7 @@ void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   if (bytes == 0) {
     return nullptr;
   }
-  device_guard const guard{device_of(h)};
+  ::devmr::detail::device_guard const guard{device_of(h)};
   thread_local host_mailbox mailbox;
   *mailbox.slot() = nullptr;
   allocate_kernel<<<1, 1, 0, cudaStreamPerThread>>>(h, bytes, alignment, mailbox.slot());
@@ -186,7 +164,7 @@ void host_deallocate(heap_header* h, void const* p) {
   if (p == nullptr) {
     return;
   }
-  device_guard const guard{device_of(h)};
+  ::devmr::detail::device_guard const guard{device_of(h)};
   free_kernel<<<1, 1, 0, cudaStreamPerThread>>>(h, p);
   check_launch("free_kernel");
   DEVMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
@@ -230,7 +208,7 @@ slab_heap<Kind>::slab_heap(pool_resource<Kind>& upstream, heap_options options)
   header_ = static_cast<hp::heap_header*>(upstream_->allocate(sizeof(hp::heap_header), 256));
   try {
     add_arena(options_.initial_bytes);
-    hp::device_guard const guard{device_};
+    detail::device_guard const guard{device_};
     DEVMR_CUDA_TRY(cudaMemcpy(header_, image_.get(), sizeof(hp::heap_header), cudaMemcpyDefault));
   } catch (...) {
     destroy();
@@ -289,7 +267,7 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
   }
   add_arena(bytes);
   std::uint32_t const index = image_->arena_count - 1;
-  hp::device_guard const guard{device_};
+  detail::device_guard const guard{device_};
   // The arena and its frontier first, the count that publishes them last.
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->arenas[index], &image_->arenas[index], sizeof(hp::arena_desc),
                             cudaMemcpyDefault));
@@ -307,7 +285,7 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
 template <memory_kind Kind>
 void slab_heap<Kind>::reset(cuda::stream_ref stream) {
   DEVMR_FUNC_RANGE();
-  hp::device_guard const guard{device_};
+  detail::device_guard const guard{device_};
   hp::reset_kernel<<<1, 256, 0, stream.get()>>>(header_);
   DEVMR_CUDA_TRY(cudaPeekAtLastError());
 }
@@ -321,7 +299,7 @@ void slab_heap<Kind>::deallocate_async(void const* p,
   if (p == nullptr) {
     return;
   }
-  hp::device_guard const guard{device_};
+  detail::device_guard const guard{device_};
   hp::free_kernel<<<1, 1, 0, stream.get()>>>(header_, p);
   DEVMR_CUDA_TRY(cudaPeekAtLastError());
 }
@@ -333,7 +311,7 @@ void slab_heap<Kind>::deallocate_bulk(cuda::std::span<void* const> blocks,
   if (blocks.empty()) {
     return;
   }
-  hp::device_guard const guard{device_};
+  detail::device_guard const guard{device_};
   unsigned const threads = 256;
   auto const grid =
       static_cast<unsigned>(std::min<std::size_t>((blocks.size() + threads - 1) / threads, 65535));
@@ -344,7 +322,7 @@ void slab_heap<Kind>::deallocate_bulk(cuda::std::span<void* const> blocks,
 template <memory_kind Kind>
 heap_stats slab_heap<Kind>::stats(cuda::stream_ref stream) const {
   DEVMR_FUNC_RANGE();
-  hp::device_guard const guard{device_};
+  detail::device_guard const guard{device_};
   heap_stats result;
   hp::scan_totals totals{};
   void* scratch = upstream_->allocate(sizeof(hp::scan_totals), 256);
@@ -388,7 +366,7 @@ heap_stats slab_heap<Kind>::stats(cuda::stream_ref stream) const {
 template <memory_kind Kind>
 void slab_heap<Kind>::check(cuda::stream_ref stream) const {
   DEVMR_FUNC_RANGE();
-  hp::device_guard const guard{device_};
+  detail::device_guard const guard{device_};
   hp::heap_counters counters{};
   DEVMR_CUDA_TRY(cudaMemcpyAsync(&counters, &header_->counters, sizeof(counters), cudaMemcpyDefault,
                                  stream.get()));
@@ -442,7 +420,7 @@ template <memory_kind Kind>
 slab_heap<Kind>::~slab_heap() {
   if (upstream_ != nullptr && header_ != nullptr) {
     try {
-      hp::device_guard const guard{device_};
+      detail::device_guard const guard{device_};
       DEVMR_CUDA_TRY(cudaDeviceSynchronize());
       heap_stats const s = stats();
       if (s.blocks_in_use != 0) {

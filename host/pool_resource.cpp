@@ -1,5 +1,6 @@
 // The CUDA side of pool_resource: arenas from the driver and stream ordering with CUDA events.
 
+#include <devmr/detail/device_guard.hpp>
 #include <devmr/pool_resource.hpp>
 
 #include <cuda_runtime_api.h>
@@ -8,29 +9,6 @@
 
 namespace devmr::detail {
 namespace {
-
-/// Makes device current for its scope and restores the caller's device afterwards.
-class device_guard {
- public:
-  explicit device_guard(int device) {
-    DEVMR_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) {
-      DEVMR_CUDA_TRY(cudaSetDevice(device));
-      switched_ = true;
-    }
-  }
-  ~device_guard() {
-    if (switched_) {
-      cudaSetDevice(previous_);
-    }
-  }
-  device_guard(device_guard const&) = delete;
-  device_guard& operator=(device_guard const&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 class driver_arena_source final : public arena_source {
  public:

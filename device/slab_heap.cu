@@ -129,11 +129,6 @@ class host_mailbox {
   void** slot_ = nullptr;
 };
 
-void check_launch(char const* what) {
-  DEVMR_CUDA_TRY(cudaPeekAtLastError());
-  (void)what;
-}
-
 }  // namespace
 
 void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
@@ -150,7 +145,7 @@ void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   thread_local host_mailbox mailbox;
   *mailbox.slot() = nullptr;
   allocate_kernel<<<1, 1, 0, cudaStreamPerThread>>>(h, bytes, alignment, mailbox.slot());
-  check_launch("allocate_kernel");
+  DEVMR_CUDA_TRY(cudaPeekAtLastError());
   DEVMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
   void* p = *mailbox.slot();
   if (p == nullptr) {
@@ -166,7 +161,7 @@ void host_deallocate(heap_header* h, void const* p) {
   }
   ::devmr::detail::device_guard const guard{device_of(h)};
   free_kernel<<<1, 1, 0, cudaStreamPerThread>>>(h, p);
-  check_launch("free_kernel");
+  DEVMR_CUDA_TRY(cudaPeekAtLastError());
   DEVMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
 }
 

@@ -16,8 +16,8 @@
 #define DEVMR_DEVICE
 #endif
 
-/// Keeps a slow path out of the caller, so that the registers it needs do not count against the
-/// fast path (and the user kernel it is inlined into).
+/// Keeps a slow path out of line: one copy per kernel instead of one per call site. (It does not
+/// lower a kernel's register count: that covers everything the kernel may call.)
 #if defined(__CUDACC__)
 #define DEVMR_NOINLINE __noinline__
 #else

@@ -8,12 +8,17 @@
 //  - Each size class has up to max_slots "current slab" slots. A claim adds the number of blocks
 //    it wants to the current slab's state word; the count it gets back says which blocks are its
 //    own. Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
+//  - When a slot's slab runs out, one thread (the one whose claim emptied it, or the first to
+//    swap in `installing_slot`) installs the next; the others wait for it, but only for a bounded
+//    time (~35 us on the device), then install a slab themselves. No thread ever waits without
+//    bound on another: every other wait is a CAS retry that fails only because another thread
+//    made progress.
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
-//    and freed) recycles the slab onto a free stack. No lock anywhere: every wait is a CAS retry
-//    that only fails because another thread made progress.
+//    and freed) recycles the slab onto a free stack (single slabs: 128 stacks, by slab id).
 //  - Slabs come from the free stacks (runs of slabs, by floor(log2(length))), else from an arena's
 //    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
-//    else by splitting a longer free run. Large blocks are whole runs of slabs.
+//    else by splitting a longer free run. Large blocks are whole runs of slabs. Free runs are not
+//    merged again (reset() restores the whole heap), so long runs are best taken early.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/bits.hpp>

@@ -56,7 +56,9 @@ struct heap_stats {
  * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
  * larger blocks are runs of whole slabs. Slabs are formatted lazily, so construction does not
  * depend on the heap's size. A slab hands each of its blocks out once and returns to circulation
- * when all its blocks are freed, so a long-lived block keeps its slab from being reused.
+ * when all its blocks are freed, so a long-lived block keeps its slab from being reused. Free
+ * runs of slabs are split for shorter requests but not merged again, so a large block of many
+ * slabs is best allocated while the heap still has such a run (early, or after `reset`).
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still

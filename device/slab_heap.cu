@@ -35,18 +35,17 @@ __global__ void allocate_kernel(heap_header* h,
                                 std::size_t bytes,
                                 std::size_t alignment,
                                 void** result) {
-  *result = device_allocate(make_view(h, *h), bytes, alignment);
+  *result = device_allocate(h, bytes, alignment);
 }
 
 __global__ void free_kernel(heap_header* h, void const* p) {
-  device_deallocate(make_view(h, *h), p);
+  device_deallocate(h, p);
 }
 
 __global__ void free_bulk_kernel(heap_header* h, void* const* blocks, std::size_t count) {
-  heap_view const view = make_view(h, *h);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    device_deallocate(view, blocks[i]);
+    device_deallocate(h, blocks[i]);
   }
 }
 
@@ -62,9 +61,6 @@ __global__ void reset_kernel(heap_header* h) {
   }
   for (unsigned c = t; c < slab_shards; c += blockDim.x) {
     h->free_slabs[c].value = empty_stack;
-  }
-  for (unsigned w = t; w < summary_words; w += blockDim.x) {
-    h->shard_summary[w] = 0;
   }
   if (t == 0) {
     h->runs_in_flight.value = 0;

@@ -83,9 +83,7 @@ class slab_heap {
   slab_heap& operator=(slab_heap const&) = delete;
 
   /// @brief The reference that kernels take by value.
-  [[nodiscard]] slab_ref<Kind> ref() const noexcept {
-    return slab_ref<Kind>{detail::heap::make_view(header_, *image_)};
-  }
+  [[nodiscard]] slab_ref<Kind> ref() const noexcept { return slab_ref<Kind>{header_}; }
 
   /**
    * @brief Takes at least `bytes` more from the pool, for kernels launched after this call.

@@ -105,7 +105,7 @@ class slab_ref {
 
   /// @brief Two refs are equal when they refer to the same heap.
   DEVMR_HOST_DEVICE friend bool operator==(slab_ref const& a, slab_ref const& b) noexcept {
-    return a.view_.header == b.view_.header;
+    return a.header_ == b.header_;
   }
   DEVMR_HOST_DEVICE friend bool operator!=(slab_ref const& a, slab_ref const& b) noexcept {
     return !(a == b);
@@ -121,15 +121,14 @@ class slab_ref {
 
  private:
   friend class slab_heap<Kind>;
-  DEVMR_HOST_DEVICE explicit slab_ref(detail::heap::heap_view const& view) noexcept : view_{view} {}
+  DEVMR_HOST_DEVICE explicit slab_ref(detail::heap::heap_header* header) noexcept
+      : header_{header} {}
 
-  /// The heap's header, and a copy of its first arena's descriptor: kernels that take the ref as
-  /// a parameter find blocks of that arena without reading memory.
-  detail::heap::heap_view view_{};
+  detail::heap::heap_header* header_ = nullptr;
 };
 
 static_assert(std::is_trivially_copyable_v<slab_ref<>>);
-static_assert(sizeof(slab_ref<>) == 32);
+static_assert(sizeof(slab_ref<>) == sizeof(void*));
 
 }  // namespace devmr
 

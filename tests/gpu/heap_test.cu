@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -295,13 +297,15 @@ TEST_CASE("out-of-memory storms return nullptr, count it, and recover after free
 namespace {
 
 /// Each thread: `rounds` times allocate 64 B (or mixed), write, check, free. Counts failures.
+/// Each thread `rounds` x (allocate, tag, pause, check the tags, free). Counts null blocks in
+/// `errors[0]` and overwritten tags in `errors[1]`.
 __global__ void churn(devmr::slab_ref<> ref, int rounds, bool mixed, unsigned long long* errors) {
   std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
   for (int r = 0; r < rounds; ++r) {
     std::size_t const bytes = mixed ? size_of(0, i * 131 + r) : 64;
     auto* p = static_cast<std::uint32_t*>(ref.allocate(bytes));
     if (p == nullptr) {
-      atomicAdd(errors, 1ull);
+      atomicAdd(&errors[0], 1ull);
       continue;
     }
     write_tags(p, bytes, i ^ r);
@@ -309,7 +313,7 @@ __global__ void churn(devmr::slab_ref<> ref, int rounds, bool mixed, unsigned lo
     auto const* last =
         reinterpret_cast<std::uint32_t const*>(reinterpret_cast<char*>(p) + last_word(bytes));
     if (*p != (i ^ r) || *last != ~(i ^ r)) {
-      atomicAdd(errors, 1ull);
+      atomicAdd(&errors[1], 1ull);
     }
     ref.deallocate(p, bytes);
   }
@@ -340,13 +344,14 @@ TEST_CASE("churn of 10^8 allocate/free pairs leaves no block behind", "[heap][gp
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
   unsigned long long* errors = nullptr;
-  CUDA_CHECK(cudaMallocManaged(&errors, sizeof(unsigned long long)));
-  *errors = 0;
+  CUDA_CHECK(cudaMallocManaged(&errors, 2 * sizeof(unsigned long long)));
+  errors[0] = errors[1] = 0;
   std::uint32_t const threads = 1u << 20;
   churn<<<threads / 256, 256>>>(heap.ref(), 48, false, errors);
   churn<<<threads / 256, 256>>>(heap.ref(), 48, true, errors);  // 2 x 48 x 2^20 > 10^8
   CUDA_CHECK(cudaDeviceSynchronize());
-  CHECK(*errors == 0);
+  CHECK(errors[0] == 0);  // null blocks
+  CHECK(errors[1] == 0);  // overwritten tags
   auto const s = heap.stats();
   CHECK(s.blocks_in_use == 0);
   CHECK(s.failed_allocations == 0);
@@ -573,27 +578,37 @@ TEST_CASE("host threads and kernels use one heap at once", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};
   unsigned long long* errors = nullptr;
-  CUDA_CHECK(cudaMallocManaged(&errors, sizeof(unsigned long long)));
-  *errors = 0;
+  CUDA_CHECK(cudaMallocManaged(&errors, 2 * sizeof(unsigned long long)));
+  errors[0] = errors[1] = 0;
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   churn<<<256, 256, 0, stream>>>(heap.ref(), 64, true, errors);
   std::atomic<int> host_errors{0};
+  std::mutex failure_mutex;
+  std::string failure;  // the first exception a host thread caught
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       auto ref = heap.ref();
       std::vector<std::pair<void*, std::size_t>> mine;
-      for (int i = 0; i < 100; ++i) {
-        std::size_t const bytes = size_of(0, t * 1000 + i);
-        void* p = ref.allocate(bytes);
-        if (p == nullptr || !ref.owns(p)) {
-          ++host_errors;
+      try {
+        for (int i = 0; i < 100; ++i) {
+          std::size_t const bytes = size_of(0, t * 1000 + i);
+          void* p = ref.allocate(bytes);
+          if (p == nullptr || !ref.owns(p)) {
+            ++host_errors;
+          }
+          mine.emplace_back(p, bytes);
         }
-        mine.emplace_back(p, bytes);
-      }
-      for (auto [p, bytes] : mine) {
-        ref.deallocate(p, bytes);
+        for (auto [p, bytes] : mine) {
+          ref.deallocate(p, bytes);
+        }
+      } catch (std::exception const& e) {
+        ++host_errors;
+        std::lock_guard lock{failure_mutex};
+        if (failure.empty()) {
+          failure = e.what();
+        }
       }
     });
   }
@@ -601,8 +616,10 @@ TEST_CASE("host threads and kernels use one heap at once", "[heap][gpu]") {
     t.join();
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
+  INFO("first exception in a host thread: " << failure);
   CHECK(host_errors == 0);
-  CHECK(*errors == 0);
+  CHECK(errors[0] == 0);  // null blocks
+  CHECK(errors[1] == 0);  // overwritten tags
   CHECK(heap.stats().blocks_in_use == 0);
   cudaStreamDestroy(stream);
   cudaFree(errors);

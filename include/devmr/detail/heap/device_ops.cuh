@@ -23,15 +23,12 @@ __device__ __forceinline__ unsigned sm_id() {
   return sm;
 }
 
-/// Allocates `bytes` aligned to `alignment` from the heap of `v`; nullptr (counted) on failure.
-__device__ inline void* device_allocate(heap_view const& v,
-                                        std::size_t bytes,
-                                        std::size_t alignment) {
+/// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
+__device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   if (bytes == 0) {
     return nullptr;
   }
-  heap_header* const h = v.header;
-  heap_core const core{v};
+  heap_core const core{h};
   if (!is_power_of_two(alignment) || alignment > slab_bytes) {
     atomic(h->counters.bad_alignments).fetch_add(1, relaxed);
     return nullptr;
@@ -91,36 +88,35 @@ __device__ inline void* device_allocate(heap_view const& v,
   return mine;
 }
 
-/// Frees `p` (nullptr: nothing) into the heap of `v`; pointers it does not own are counted.
-__device__ inline void device_deallocate(heap_view const& v, void const* p) {
+/// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
+__device__ inline void device_deallocate(heap_header* h, void const* p) {
   if (p == nullptr) {
     return;
   }
-  heap_core const core{v};
+  heap_core const core{h};
   std::uint32_t id = 0;
   std::size_t offset = 0;
   if (!core.locate(p, id, offset)) {
-    core.count_misuse(v.header->counters.invalid_frees);
+    core.count_misuse(h->counters.invalid_frees);
     return;
   }
   unsigned const sm = sm_id();
   if (core.checked() && core.check_free(id, offset, sm) != free_check::proceed) {
     return;
   }
-  // The threads of this warp freeing blocks of the same slab: one subtraction for all. The warp
-  // barrier orders every peer's writes to its block before the leader's release.
-  unsigned const peers = __match_any_sync(__activemask(), id);
-  __syncwarp(peers);
+  // The threads of this warp freeing blocks of the same slab: one subtraction for all.
+  unsigned const active = __activemask();
+  unsigned const peers = __match_any_sync(active, id);
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
     core.free_blocks(id, __popc(peers), sm);
   }
 }
 
 /// True when `p` lies in one of the heap's arenas.
-__device__ inline bool device_owns(heap_view const& v, void const* p) {
+__device__ inline bool device_owns(heap_header* h, void const* p) {
   std::uint32_t id = 0;
   std::size_t offset = 0;
-  return heap_core{v}.locate(p, id, offset);
+  return heap_core{h}.locate(p, id, offset);
 }
 
 }  // namespace devmr::detail::heap

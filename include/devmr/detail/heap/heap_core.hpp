@@ -14,13 +14,11 @@
 //    bound on another: every other wait is a CAS retry that fails only because another thread
 //    made progress.
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
-//    and freed) recycles the slab onto a free stack: single slabs onto one of the stacks of its
-//    SM's shard group (a summary word says which groups may hold slabs), longer runs by
-//    floor(log2(length)).
-//  - A single slab comes from the SM's own group, else from an arena's frontier (slabs never
-//    handed out: formatted lazily, so setup does not grow with the heap), else from another
-//    group, else by splitting a longer free run. Large blocks are whole runs of slabs. Free runs
-//    are not merged again (reset() restores the whole heap), so long runs are best taken early.
+//    and freed) recycles the slab onto a free stack (single slabs: 128 stacks, by slab id).
+//  - Slabs come from the free stacks (runs of slabs, by floor(log2(length))), else from an arena's
+//    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
+//    else by splitting a longer free run. Large blocks are whole runs of slabs. Free runs are not
+//    merged again (reset() restores the whole heap), so long runs are best taken early.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/bits.hpp>
@@ -75,54 +73,28 @@ enum class free_check { proceed, done, rejected };
 /// A view of one heap's header: the operations of the lock-free core.
 class heap_core {
  public:
-  /// A heap's core as a slab_ref sees it: arena 0 known without reading the header.
-  DEVMR_HOST_DEVICE explicit heap_core(heap_view const& view)
-      : h_{view.header},
-        base0_{view.base0},
-        meta0_{view.meta0},
-        slabs0_{view.slabs0},
-        checked_{view.checked != 0} {}
-  /// A heap's core from its header alone (reads the header's arena 0).
-  DEVMR_HOST_DEVICE explicit heap_core(heap_header* header)
-      : heap_core{make_view(header, *header)} {}
+  DEVMR_HOST_DEVICE explicit heap_core(heap_header* header) : h_{header} {}
 
   DEVMR_HOST_DEVICE heap_header* header() const { return h_; }
 
-  /// Runs member `F` of a core made from the header alone, in a function of its own: the slow
-  /// paths are not inlined, and their callers pass one pointer in a register, not the core
-  /// (which would have to be written to the stack first, on the fast path too).
-  template <auto F, class... Args>
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE static auto out_of_line(heap_header* h, Args... args) {
-    return (heap_core{h}.*F)(args...);
-  }
-
   DEVMR_HOST_DEVICE slab_meta& meta(std::uint32_t id) const {
-    std::uint32_t const a = arena_of(id);
-    return (a == 0 ? meta0_ : read_only(h_->arenas[a].meta))[index_of(id)];
+    return read_only(h_->arenas[arena_of(id)].meta)[index_of(id)];
   }
   DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
-    std::uint32_t const a = arena_of(id);
-    return (a == 0 ? base0_ : read_only(h_->arenas[a].base)) +
-           (std::size_t{index_of(id)} << slab_shift);
+    return read_only(h_->arenas[arena_of(id)].base) + (std::size_t{index_of(id)} << slab_shift);
   }
   DEVMR_HOST_DEVICE std::uint64_t* check_bits(std::uint32_t id) const {
     return read_only(h_->arenas[arena_of(id)].check_bits) +
            std::size_t{index_of(id)} * check_words_per_slab;
   }
-  DEVMR_HOST_DEVICE bool checked() const { return checked_; }
+  DEVMR_HOST_DEVICE bool checked() const { return h_->checked != 0; }
 
   /// Finds the slab that holds `p`: its id and the offset of `p` in it. False when no arena of
-  /// this heap holds `p`. Arena 0 is looked at without reading memory.
+  /// this heap holds `p`.
   DEVMR_HOST_DEVICE bool locate(void const* p, std::uint32_t& id, std::size_t& offset) const {
-    auto const address = reinterpret_cast<std::uintptr_t>(p);
-    std::uintptr_t const off0 = address - reinterpret_cast<std::uintptr_t>(base0_);
-    if (off0 < (std::uintptr_t{slabs0_} << slab_shift)) {
-      id = static_cast<std::uint32_t>(off0 >> slab_shift);
-      offset = off0 & (slab_bytes - 1);
-      return true;
-    }
     std::uint32_t const arenas = read_only(h_->arena_count);
-    for (std::uint32_t a = 1; a < arenas; ++a) {
+    auto const address = reinterpret_cast<std::uintptr_t>(p);
+    for (std::uint32_t a = 0; a < arenas; ++a) {
       arena_desc const& arena = h_->arenas[a];
       std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(read_only(arena.base));
       if (off < (read_only(arena.slabs) << slab_shift)) {
@@ -207,25 +179,6 @@ class heap_core {
     std::uint32_t const before = atomic(meta(id).remaining).fetch_sub(count, release);
     if (before == count) {
       cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
-      recycle(id, hint);
-    }
-  }
-
-  /// Puts slab `id`, whose last block was just freed, back into circulation. A small slab keeps
-  /// its state word as it is: its count is at or past its capacity, so no claim finds anything
-  /// in it, and whoever takes it formats it anew. Only a large run changes its state (free).
-  DEVMR_HOST_DEVICE void recycle(std::uint32_t id, unsigned hint) const {
-    out_of_line<&heap_core::recycle_here>(h_, id, hint);
-  }
-  DEVMR_HOST_DEVICE void recycle_here(std::uint32_t id, unsigned hint) const {
-    slab_meta& m = meta(id);
-    // Both loads at once: the state says what the slab is, the head is where it most likely goes.
-    auto head = atomic(shard_head(hint, id));
-    std::uint64_t const state = atomic(m.state).load(relaxed);
-    std::uint64_t const top = head.load(relaxed);
-    if (state_tag(state) < num_classes) {
-      push_single(id, head, top, hint);
-    } else {
       retire(id, hint);
     }
   }
@@ -321,10 +274,8 @@ class heap_core {
   /// is the caller's to format. A run being split is off its stack for a moment: a search that
   /// found nothing while one was (or whose remainder came back meanwhile) looks again, a bounded
   /// number of times, so that memory in flight is not reported as missing.
-  DEVMR_HOST_DEVICE std::uint32_t acquire_run(std::uint32_t slabs, unsigned hint) const {
-    return out_of_line<&heap_core::acquire_run_here>(h_, slabs, hint);
-  }
-  DEVMR_HOST_DEVICE std::uint32_t acquire_run_here(std::uint32_t slabs, unsigned hint) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs,
+                                                             unsigned hint) const {
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
       std::uint32_t const id = search_run(slabs, hint);
@@ -344,7 +295,8 @@ class heap_core {
     }
   }
 
-  /// Marks the large run at `id`, whose block was freed, free and puts it on its stack.
+  /// Marks slab `id` (a small slab or a large run, no longer reachable by claims that could
+  /// succeed) free and puts it on its stack.
   DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned hint) const {
     slab_meta& m = meta(id);
     std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
@@ -356,13 +308,13 @@ class heap_core {
   /// One search for a run of `slabs` slabs (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
-      // Own group, then a fresh slab, then the other groups, then a piece of a longer run.
-      std::uint32_t id = pop_group(group_of(hint));
+      // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
+      std::uint32_t id = pop(shard_head(hint));
       if (id == no_slab) {
         id = take_fresh(1, hint);  // exactly one slab: nothing to split
       }
-      if (id == no_slab) {
-        id = pop_other_group(group_of(hint));
+      for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
+        id = pop_any_shard(hint + s);
       }
       for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
         id = pop_run(c, 1, hint);
@@ -441,10 +393,9 @@ class heap_core {
   }
 
   /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
-  DEVMR_HOST_DEVICE claim_result steal(unsigned cls, unsigned own, std::uint32_t want) const {
-    return out_of_line<&heap_core::steal_here>(h_, cls, own, want);
-  }
-  DEVMR_HOST_DEVICE claim_result steal_here(unsigned cls, unsigned own, std::uint32_t want) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls,
+                                                      unsigned own,
+                                                      std::uint32_t want) const {
     std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
     for (std::uint32_t s = 0; s < slots; ++s) {
       std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
@@ -552,7 +503,7 @@ class heap_core {
   DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs, unsigned hint) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
     for (std::uint32_t a = 0; a < arenas; ++a) {
-      std::uint64_t const size = a == 0 ? slabs0_ : read_only(h_->arenas[a].slabs);
+      std::uint64_t const size = read_only(h_->arenas[a].slabs);
       auto frontier = atomic(h_->frontier[a]);
       if (frontier.load(relaxed) + slabs > size) {
         continue;
@@ -588,121 +539,39 @@ class heap_core {
     atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
   }
 
-  /// The shard group of `hint` (an SM, a thread).
-  DEVMR_HOST_DEVICE static unsigned group_of(unsigned hint) {
-    return hint % shard_groups;
+  /// The stack of single free slabs that `hint` (an SM, a thread) uses first.
+  DEVMR_HOST_DEVICE std::uint64_t& shard_head(unsigned hint) const {
+    return h_->free_slabs[hint % slab_shards].value;
   }
 
-  /// The stack that single slab `id` goes on when `hint` frees it: in the group of `hint`,
-  /// spread over the group by id.
-  DEVMR_HOST_DEVICE std::uint64_t& shard_head(unsigned hint, std::uint32_t id) const {
-    return h_->free_slabs[group_of(hint) * shards_per_group + id % shards_per_group].value;
-  }
-
-  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head);
-  /// a single slab on a shard of the group of `hint`.
-  DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned hint) const {
-    std::uint32_t const length = atomic(meta(id).length).load(relaxed);
-    if (length == 1) {
-      auto head = atomic(shard_head(hint, id));
-      push_single(id, head, head.load(relaxed), hint);
-      return;
-    }
-    auto head = atomic(h_->free_runs[floor_log2(length)]);
-    push_on(id, head, head.load(relaxed));
-  }
-
-  /// Pushes run `id` on the stack of `head`, which held `top` a moment ago; returns what the
-  /// head held just before the push.
-  DEVMR_HOST_DEVICE std::uint64_t push_on(
-      std::uint32_t id,
-      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> head,
-      std::uint64_t top) const {
+  /// Pushes the free run at `id` on the stack of its length (Treiber stack, ABA-tagged head).
+  /// Single slabs go to a shard chosen by their id, not by the pushing SM: an SM's warps that
+  /// recycle slabs at the same moment then meet on different words.
+  DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned) const {
     slab_meta& m = meta(id);
+    std::uint32_t const length = atomic(m.length).load(relaxed);
+    auto head = atomic(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)]);
+    std::uint64_t top = head.load(relaxed);
     std::uint64_t next;
     do {
       atomic(m.next).store(static_cast<std::uint32_t>(top), relaxed);
       next = (((top >> 32) + 1) << 32) | id;
       // release: the run's metadata (and the frees that emptied it) are visible to its popper.
     } while (!head.compare_exchange_weak(top, next, release, relaxed));
-    return top;
   }
 
-  /// Pushes single slab `id` on its shard `head` (which held `top` a moment ago), and marks the
-  /// shard's group in the summary when the shard was empty.
-  DEVMR_HOST_DEVICE void push_single(
-      std::uint32_t id,
-      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> head,
-      std::uint64_t top,
-      unsigned hint) const {
-    if (static_cast<std::uint32_t>(push_on(id, head, top)) == no_slab) {
-      // acq_rel: pairs with the search that clears the bit (see pop_other_group).
-      unsigned const g = group_of(hint);
-      atomic(h_->shard_summary[g / 64]).fetch_or(std::uint64_t{1} << (g % 64), acq_rel);
+  /// Looks at `shard_scan_width` shards from `first` at once (independent loads) and pops from
+  /// the first that is not empty.
+  DEVMR_HOST_DEVICE std::uint32_t pop_any_shard(unsigned first) const {
+    std::uint64_t tops[shard_scan_width];
+    for (unsigned i = 0; i < shard_scan_width; ++i) {
+      tops[i] = atomic(shard_head(first + i)).load(relaxed);
     }
-  }
-
-  /// Looks at the shards of group `g` at once (independent loads) and pops from the first that
-  /// is not empty.
-  DEVMR_HOST_DEVICE std::uint32_t pop_group(unsigned g) const {
-    std::uint64_t* const first = &h_->free_slabs[g * shards_per_group].value;
-    constexpr std::size_t stride = sizeof(padded_word) / sizeof(std::uint64_t);
-    std::uint64_t tops[shards_per_group];
-    for (unsigned i = 0; i < shards_per_group; ++i) {
-      tops[i] = atomic(first[i * stride]).load(relaxed);
-    }
-    for (unsigned i = 0; i < shards_per_group; ++i) {
+    for (unsigned i = 0; i < shard_scan_width; ++i) {
       if (static_cast<std::uint32_t>(tops[i]) != no_slab) {
-        std::uint32_t const id = pop(first[i * stride]);
+        std::uint32_t const id = pop(shard_head(first + i));
         if (id != no_slab) {
           return id;
-        }
-      }
-    }
-    return no_slab;
-  }
-
-  /// True when every shard of group `g` is empty now (acquire loads).
-  DEVMR_HOST_DEVICE bool group_empty(unsigned g) const {
-    bool empty = true;
-    for (unsigned i = 0; i < shards_per_group; ++i) {
-      std::uint64_t const top =
-          atomic(h_->free_slabs[g * shards_per_group + i].value).load(acquire);
-      empty = empty && static_cast<std::uint32_t>(top) == no_slab;
-    }
-    return empty;
-  }
-
-  /// Pops a single slab from a group other than `own` that the summary says may hold one.
-  /// A group found empty has its bit cleared, and is looked at again after that: a push that
-  /// found a shard empty sets the bit after its push, both are acq_rel read-modify-writes of one
-  /// word, so either the set comes after the clear or the second look sees the push.
-  DEVMR_HOST_DEVICE std::uint32_t pop_other_group(unsigned own) const {
-    for (unsigned w = 0; w < summary_words; ++w) {
-      unsigned const word = (own / 64 + w) % summary_words;
-      std::uint64_t bits = atomic(h_->shard_summary[word]).load(relaxed);
-      if (w == 0) {
-        bits &= ~(std::uint64_t{1} << (own % 64));  // already looked at
-      }
-      while (bits != 0) {
-        // Nearest set bit after `own` first (wrapping), so that SMs spread over the groups.
-        unsigned const start = w == 0 ? own % 64 : 0;
-        std::uint64_t const rotated = cuda::std::rotr(bits, static_cast<int>(start));
-        unsigned const bit = (static_cast<unsigned>(cuda::std::countr_zero(rotated)) + start) % 64;
-        bits &= ~(std::uint64_t{1} << bit);
-        unsigned const g = word * 64 + bit;
-        std::uint32_t const id = pop_group(g);
-        if (id != no_slab) {
-          return id;
-        }
-        auto summary = atomic(h_->shard_summary[word]);
-        summary.fetch_and(~(std::uint64_t{1} << bit), acq_rel);
-        if (!group_empty(g)) {
-          summary.fetch_or(std::uint64_t{1} << bit, acq_rel);
-          std::uint32_t const again = pop_group(g);
-          if (again != no_slab) {
-            return again;
-          }
         }
       }
     }
@@ -728,10 +597,6 @@ class heap_core {
   }
 
   heap_header* h_;
-  std::byte* base0_;
-  slab_meta* meta0_;
-  std::uint32_t slabs0_;
-  bool checked_;
 };
 
 /// How many blocks of a slab are held by users, from its metadata alone (statistics scans).
@@ -740,9 +605,6 @@ DEVMR_HOST_DEVICE inline bool slab_usage(slab_meta const& m, unsigned& cls, std:
   std::uint64_t const state = m.state;
   std::uint32_t const tag = state_tag(state);
   if (tag < num_classes) {
-    if (m.remaining == 0) {
-      return false;  // every block claimed and freed: the slab is free (or about to be)
-    }
     std::uint32_t const capacity = class_capacity(tag);
     std::uint32_t const claimed = state_count(state) < capacity ? state_count(state) : capacity;
     cls = tag;

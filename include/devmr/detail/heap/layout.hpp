@@ -30,19 +30,13 @@ inline constexpr std::size_t check_words_per_slab = max_blocks_per_slab / 64;
 inline constexpr unsigned max_arenas = 64;
 /// Current-slab slots per size class; a warp uses the slot of its SM (masked).
 inline constexpr unsigned max_slots = 256;
-/// Free runs of slabs are kept in stacks by floor(log2(length)). Single free slabs are kept in
-/// `slab_shards` stacks, in `shard_groups` groups of `shards_per_group`: an SM pushes the slabs
-/// it frees onto its own group (spread over the group by slab id, so that its warps that recycle
-/// slabs at the same moment meet on different words) and pops from its own group first, looking
-/// at the whole group at once. Four per group: eight spread the pushes further, but the search
-/// that loads them all at once then sets the register count of every kernel that allocates.
+/// Free runs of slabs are kept in stacks by floor(log2(length)); single free slabs in
+/// `slab_shards` stacks, so that recycling slabs from every SM at once does not meet on one word.
 inline constexpr unsigned run_classes = 32;
-inline constexpr unsigned shard_groups = 128;
-inline constexpr unsigned shards_per_group = 4;
-inline constexpr unsigned slab_shards = shard_groups * shards_per_group;
-/// One bit per shard group in the summary words: set while the group may hold slabs.
-inline constexpr unsigned summary_words = shard_groups / 64;
-static_assert(shard_groups % 64 == 0);
+inline constexpr unsigned slab_shards = 128;
+/// Shards looked at together when a thread's own shard is empty.
+inline constexpr unsigned shard_scan_width = 8;
+static_assert(slab_shards % shard_scan_width == 0);
 
 /// A slab id names a slab by arena and index: arena in the top 6 bits, index in the low 26.
 inline constexpr unsigned arena_id_shift = 26;
@@ -150,37 +144,13 @@ struct heap_header {
   std::uint32_t checked;               ///< nonzero: validate every free, keep block bitmaps
   std::uint32_t unused;
   std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)
-  padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM group
-  /// Bit g of the summary: group g may hold free slabs. Set by the push that finds a shard of the
-  /// group empty; cleared by a search that finds the whole group empty (and then looks again).
-  alignas(128) std::uint64_t shard_summary[summary_words];
+  padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM
   padded_word runs_in_flight;  ///< runs popped to be split, their remainder not pushed back yet
   padded_word runs_returned;   ///< remainders pushed back so far (a failed search retries if
                                ///< this moved while it looked)
   heap_counters counters;
   alignas(128) std::uint64_t slots[num_classes][max_slots];
 };
-
-/// What a slab_ref carries by value: the header, and a copy of the first arena's descriptor and
-/// of the checked flag. An arena never changes once published, so the copy never goes stale, and
-/// kernels find the blocks of the first arena (the only one unless the heap grew) and its
-/// metadata without reading the header.
-struct heap_view {
-  heap_header* header = nullptr;
-  std::byte* base0 = nullptr;  ///< first slab of arena 0
-  slab_meta* meta0 = nullptr;  ///< metadata of arena 0
-  std::uint32_t slabs0 = 0;    ///< slabs of arena 0 (0: the header had no arena yet)
-  std::uint32_t checked = 0;   ///< as heap_header::checked
-};
-
-/// The view of the heap at `at` whose contents are `image` (the header itself, or a copy).
-DEVMR_HOST_DEVICE inline heap_view make_view(heap_header* at, heap_header const& image) {
-  if (image.arena_count == 0) {
-    return {at, nullptr, nullptr, 0, image.checked};
-  }
-  arena_desc const& first = image.arenas[0];
-  return {at, first.base, first.meta, static_cast<std::uint32_t>(first.slabs), image.checked};
-}
 
 /// Capacity in blocks of a slab of class `cls`.
 DEVMR_HOST_DEVICE constexpr std::uint32_t class_capacity(unsigned cls) {

@@ -15,27 +15,27 @@ namespace devmr {
 template <memory_kind Kind>
 DEVMR_HOST_DEVICE void* slab_ref<Kind>::allocate(std::size_t bytes, std::size_t alignment) const {
 #if DEVMR_IS_DEVICE_CODE
-  return detail::heap::device_allocate(view_, bytes, alignment);
+  return detail::heap::device_allocate(header_, bytes, alignment);
 #else
-  return detail::heap::host_allocate(view_.header, bytes, alignment);
+  return detail::heap::host_allocate(header_, bytes, alignment);
 #endif
 }
 
 template <memory_kind Kind>
 DEVMR_HOST_DEVICE void slab_ref<Kind>::deallocate(void const* p, std::size_t, std::size_t) const {
 #if DEVMR_IS_DEVICE_CODE
-  detail::heap::device_deallocate(view_, p);
+  detail::heap::device_deallocate(header_, p);
 #else
-  detail::heap::host_deallocate(view_.header, p);
+  detail::heap::host_deallocate(header_, p);
 #endif
 }
 
 template <memory_kind Kind>
 DEVMR_HOST_DEVICE bool slab_ref<Kind>::owns(void const* p) const noexcept {
 #if DEVMR_IS_DEVICE_CODE
-  return detail::heap::device_owns(view_, p);
+  return detail::heap::device_owns(header_, p);
 #else
-  return detail::heap::host_owns(view_.header, p);
+  return detail::heap::host_owns(header_, p);
 #endif
 }
 

@@ -49,8 +49,8 @@ __global__ void free_bulk_kernel(heap_header* h, void* const* blocks, std::size_
   }
 }
 
-/// Forgets every block: frontiers back to the start, stacks and slots empty. Slabs keep their
-/// generations (formatting reads them), so nothing else needs touching.
+/// Forgets every block: frontiers back to the start, stacks, slots and empty-slab bitmaps
+/// cleared. Slabs keep their generations (formatting reads them), so nothing else needs touching.
 __global__ void reset_kernel(heap_header* h) {
   unsigned const t = threadIdx.x;
   for (unsigned a = t; a < max_arenas; a += blockDim.x) {
@@ -67,6 +67,15 @@ __global__ void reset_kernel(heap_header* h) {
   }
   for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
     h->slots[s / max_slots][s % max_slots] = empty_slot;
+  }
+  for (unsigned s = t; s < max_slots; s += blockDim.x) {
+    h->empty_cursor[s] = first_cursor(*h, s);
+  }
+  for (std::uint32_t a = 0; a < h->arena_count; ++a) {
+    std::uint64_t const words = empty_words(h->arenas[a].slabs);
+    for (std::uint64_t w = t; w < words; w += blockDim.x) {
+      h->arenas[a].empty_bits[w] = 0;
+    }
   }
 }
 
@@ -230,12 +239,18 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
     throw out_of_memory("devmr: growing the heap by " + std::to_string(slabs * hp::slab_bytes) +
                         " bytes would pass heap_options::maximum_bytes");
   }
+  // The metadata and, after it, the bitmap of empty slabs, which must start out clear.
+  std::size_t const empty_offset = slabs * sizeof(hp::slab_meta);
   arena_memory a{nullptr, slabs * hp::slab_bytes,
-                 nullptr, slabs * sizeof(hp::slab_meta),
+                 nullptr, empty_offset + hp::empty_words(slabs) * sizeof(std::uint64_t),
                  nullptr, options_.checked ? slabs * hp::check_words_per_slab * 8 : 0};
   try {
     a.data = upstream_->allocate(a.data_bytes, hp::slab_bytes);
     a.meta = upstream_->allocate(a.meta_bytes, 256);
+    // On the legacy stream: the synchronous header copies that publish the arena follow it.
+    detail::device_guard const guard{device_};
+    DEVMR_CUDA_TRY(
+        cudaMemset(static_cast<std::byte*>(a.meta) + empty_offset, 0, a.meta_bytes - empty_offset));
     if (a.bits_bytes != 0) {
       a.bits = upstream_->allocate(a.bits_bytes, 256);
     }
@@ -248,9 +263,12 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
     }
     throw;
   }
-  hp::add_arena(*image_,
-                hp::arena_desc{static_cast<std::byte*>(a.data), static_cast<hp::slab_meta*>(a.meta),
-                               static_cast<std::uint64_t*>(a.bits), slabs});
+  hp::add_arena(
+      *image_,
+      hp::arena_desc{
+          static_cast<std::byte*>(a.data), static_cast<hp::slab_meta*>(a.meta),
+          static_cast<std::uint64_t*>(a.bits),
+          reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(a.meta) + empty_offset), slabs});
   arenas_.push_back(a);
 }
 

@@ -7,9 +7,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -36,10 +38,15 @@ class host_heap {
             std::aligned_alloc(64, slabs * check_words_per_slab * sizeof(std::uint64_t)));
         std::memset(bits, 0xa5, slabs * check_words_per_slab * sizeof(std::uint64_t));
       }
-      add_arena(*header_, arena_desc{base, meta, bits, slabs});
+      // The bitmap of empty slabs is the one thing the heap's owner clears up front.
+      auto* empty = static_cast<std::uint64_t*>(
+          std::aligned_alloc(64, empty_words(slabs) * sizeof(std::uint64_t)));
+      std::memset(empty, 0, empty_words(slabs) * sizeof(std::uint64_t));
+      add_arena(*header_, arena_desc{base, meta, bits, empty, slabs});
       memory_.push_back(base);
       memory_.push_back(meta);
       memory_.push_back(bits);
+      memory_.push_back(empty);
     }
   }
   ~host_heap() {
@@ -170,19 +177,31 @@ TEST_CASE("an exhausted slab is replaced and recycled once all its blocks are fr
   }
   CHECK(heap.header().frontier[0] == 2);
   CHECK(heap.blocks_in_use() == 12);
-  for (int i = 0; i < 8; ++i) {  // the first slab: exhausted, now empty
+  std::uint64_t const& empty = heap.header().arenas[0].empty_bits[0];
+  for (int i = 0; i < 7; ++i) {  // the first slab: exhausted, one block still live
     core.free_one(blocks[i], 0);
   }
-  bool some_shard_holds_it = false;
-  for (auto const& head : heap.header().free_slabs) {
-    some_shard_holds_it = some_shard_holds_it || static_cast<std::uint32_t>(head.value) != no_slab;
-  }
-  CHECK(some_shard_holds_it);
+  CHECK(empty == 0);
+  core.free_one(blocks[7], 0);  // now empty: marked for the next taker
+  CHECK(empty == 1);
   CHECK(heap.blocks_in_use() == 4);
-  for (int i = 8; i < 12; ++i) {
+  // The second slab runs out: its successor is the first one again, not a fresh slab.
+  for (int i = 12; i < 17; ++i) {
+    claim_result const got = core.claim(cls, 0, 1, 0);
+    REQUIRE(got.count == 1);
+    blocks.push_back(got.first);
+  }
+  CHECK(empty == 0);
+  CHECK(heap.header().frontier[0] == 2);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(blocks[16], id, offset));
+  CHECK(id == make_slab_id(0, 0));
+  for (int i = 8; i < 17; ++i) {
     core.free_one(blocks[i], 0);
   }
   CHECK(heap.blocks_in_use() == 0);
+  CHECK(empty == 2);  // the second slab is empty; the first is current in the slot
 }
 
 TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers after frees",
@@ -223,6 +242,103 @@ TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers afte
   void* big = core.allocate_large(2 * slab_bytes, 0);
   CHECK(big != nullptr);
   CHECK(core.claim(0, 0, 32, 0).count == 32);
+}
+
+TEST_CASE("a full heap finds the one slab emptied anywhere in its bitmaps", "[heap][core]") {
+  host_heap heap{{70, 200}, false};  // bitmaps of 2 and 4 words
+  auto core = heap.core();
+  unsigned const cls = num_classes - 1;  // 512 KiB blocks, 2 per slab
+  std::vector<void*> blocks;
+  for (;;) {
+    claim_result const got = core.claim(cls, 0, 1, 0);
+    if (got.count == 0) {
+      break;
+    }
+    blocks.push_back(got.first);
+  }
+  REQUIRE(blocks.size() == 2 * heap.total_slabs());
+  // Free both blocks of one slab deep in the second arena, far from any cursor.
+  std::uint32_t const wanted = make_slab_id(1, 170);
+  std::vector<void*> again;
+  for (void* p : blocks) {
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    REQUIRE(core.locate(p, id, offset));
+    if (id == wanted) {
+      core.free_one(p, 0);
+      again.push_back(p);
+    }
+  }
+  REQUIRE(again.size() == 2);
+  CHECK(heap.blocks_in_use() == blocks.size() - 2);
+  for (int i = 0; i < 2; ++i) {  // from any slot: the slab is found, formatted and handed out
+    claim_result const got = core.claim(cls, 3, 1, 77);
+    REQUIRE(got.count == 1);
+    CHECK(std::find(again.begin(), again.end(), got.first) != again.end());
+  }
+  CHECK(core.claim(cls, 3, 1, 77).count == 0);
+}
+
+TEST_CASE("a search takes a whole word of empty slabs and keeps the rest on its stack",
+          "[heap][core]") {
+  host_heap heap{{70}, false};
+  auto core = heap.core();
+  unsigned const cls = num_classes - 1;  // 512 KiB blocks, 2 per slab
+  std::vector<void*> blocks;
+  for (claim_result got = core.claim(cls, 0, 1, 0); got.count != 0;
+       got = core.claim(cls, 0, 1, 0)) {
+    blocks.push_back(got.first);
+  }
+  REQUIRE(blocks.size() == 140);
+  for (void* p : blocks) {
+    core.free_one(p, 0);
+  }
+  auto const& h = heap.header();
+  CHECK(h.arenas[0].empty_bits[0] == ~std::uint64_t{0});
+  CHECK(h.arenas[0].empty_bits[1] == (std::uint64_t{1} << 6) - 1);
+  CHECK(heap.blocks_in_use() == 0);
+  // One search through another slot (and SM): it takes word 0 whole, keeps one slab and puts the
+  // other 63 on its SM's stack.
+  std::vector<void*> again{core.claim(cls, 1, 1, 5).first};
+  REQUIRE(again.front() != nullptr);
+  CHECK(h.arenas[0].empty_bits[0] == 0);
+  CHECK(static_cast<std::uint32_t>(h.free_slabs[5].value) != no_slab);
+  for (claim_result got = core.claim(cls, 1, 1, 5); got.count != 0;
+       got = core.claim(cls, 1, 1, 5)) {
+    again.push_back(got.first);
+  }
+  CHECK(again.size() == 140);  // every slab came back, none twice
+  std::sort(again.begin(), again.end());
+  CHECK(std::adjacent_find(again.begin(), again.end()) == again.end());
+  CHECK(h.frontier[0] == 70);
+}
+
+TEST_CASE("a freed large block goes back on a stack, not into the bitmap", "[heap][core]") {
+  host_heap heap{{8}, false};
+  auto core = heap.core();
+  void* runs[2] = {core.allocate_large(4 * slab_bytes, 0), core.allocate_large(4 * slab_bytes, 0)};
+  REQUIRE(runs[0] != nullptr);
+  REQUIRE(runs[1] != nullptr);
+  CHECK(core.allocate_large(slab_bytes + 1, 0) == nullptr);
+  // What a kernel's free does with any block: give one back to the slab that holds it.
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(runs[0], id, offset));
+  core.free_blocks(id, 1, 0);
+  CHECK(heap.blocks_in_use() == 1);
+  CHECK(heap.header().arenas[0].empty_bits[0] == 0);
+  // A search for one slab cuts it from the run; the other three slabs serve again.
+  claim_result const got = core.claim(0, 0, 1, 0);
+  REQUIRE(got.count == 1);
+  CHECK(got.first == runs[0]);
+  for (int i = 0; i < 3; ++i) {
+    void* p = core.allocate_large(slab_bytes, 0);
+    REQUIRE(p != nullptr);
+    CHECK(p > runs[0]);
+    CHECK(static_cast<std::byte*>(p) < static_cast<std::byte*>(runs[0]) + 4 * slab_bytes);
+  }
+  CHECK(core.allocate_large(slab_bytes, 0) == nullptr);
+  CHECK(heap.blocks_in_use() == 5);
 }
 
 TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[heap][core]") {

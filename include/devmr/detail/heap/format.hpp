@@ -36,11 +36,23 @@ inline void initialize(heap_header& h, bool checked) {
   h.checked = checked ? 1u : 0u;
 }
 
+/// Where hint `hint` first looks for empty slabs: spread over the first arena's bitmap, so that
+/// SMs do not all start on its first word.
+DEVMR_HOST_DEVICE inline std::uint32_t first_cursor(heap_header const& h, unsigned hint) {
+  return make_slab_id(
+      0, static_cast<std::uint32_t>(empty_words(h.arenas[0].slabs) * hint / max_slots));
+}
+
 /// Publishes an arena in a header image that no thread is using (the host's copy).
 inline void add_arena(heap_header& h, arena_desc const& arena) {
   h.arenas[h.arena_count] = arena;
   h.frontier[h.arena_count] = 0;
   ++h.arena_count;
+  if (h.arena_count == 1) {
+    for (unsigned hint = 0; hint < max_slots; ++hint) {
+      h.empty_cursor[hint] = first_cursor(h, hint);
+    }
+  }
   std::uint64_t slabs = 0;
   for (std::uint32_t a = 0; a < h.arena_count; ++a) {
     slabs += h.arenas[a].slabs;

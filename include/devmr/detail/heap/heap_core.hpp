@@ -14,11 +14,16 @@
 //    bound on another: every other wait is a CAS retry that fails only because another thread
 //    made progress.
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
-//    and freed) recycles the slab onto a free stack (single slabs: 128 stacks, by slab id).
-//  - Slabs come from the free stacks (runs of slabs, by floor(log2(length))), else from an arena's
-//    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
-//    else by splitting a longer free run. Large blocks are whole runs of slabs. Free runs are not
-//    merged again (reset() restores the whole heap), so long runs are best taken early.
+//    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
+//    atomic OR nobody waits for), a large run goes back on a free stack.
+//  - A search for one slab tries the SM's own stack of single free slabs, then the bitmap word
+//    under the SM's cursor, then an arena's frontier (slabs never handed out: formatted lazily,
+//    so setup does not grow with the heap), then the whole bitmap, the other stacks, and a piece
+//    of a longer free run. A bitmap word is taken whole (one exchange): the search keeps one slab
+//    and pushes the others on its own stack, where its SM's next searches find them.
+//  - Large blocks are whole runs of slabs, from the stacks of runs (by floor(log2(length))), the
+//    frontier, or split from a longer run. Free runs are not merged again (reset() restores the
+//    whole heap), so long runs are best taken early.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/bits.hpp>
@@ -172,14 +177,19 @@ class heap_core {
     }
   }
 
-  /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left.
+  /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
+  /// small slab is marked empty, a large run goes back on its stack.
   DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id, std::uint32_t count, unsigned hint) const {
     // release: the freeing threads' last writes to their blocks happen-before the slab is
     // recycled; the thread that frees the last block acquires them all before recycling.
     std::uint32_t const before = atomic(meta(id).remaining).fetch_sub(count, release);
     if (before == count) {
       cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
-      retire(id, hint);
+      if (state_tag(atomic(meta(id).state).load(relaxed)) == tag_large) {
+        retire(id, hint);
+      } else {
+        mark_empty(id);
+      }
     }
   }
 
@@ -295,8 +305,7 @@ class heap_core {
     }
   }
 
-  /// Marks slab `id` (a small slab or a large run, no longer reachable by claims that could
-  /// succeed) free and puts it on its stack.
+  /// Marks the run at `id` (a freed large block) free and puts it on its stack.
   DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned hint) const {
     slab_meta& m = meta(id);
     std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
@@ -308,10 +317,17 @@ class heap_core {
   /// One search for a run of `slabs` slabs (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
-      // Own shard, then a fresh slab, then the other shards, then a piece of a longer run.
+      // Own shard, marked slabs near this hint's cursor, a fresh slab, marked slabs anywhere, the
+      // other shards, a piece of a longer run.
       std::uint32_t id = pop(shard_head(hint));
       if (id == no_slab) {
+        id = take_empty(hint, false);
+      }
+      if (id == no_slab) {
         id = take_fresh(1, hint);  // exactly one slab: nothing to split
+      }
+      if (id == no_slab) {
+        id = take_empty(hint, true);
       }
       for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
         id = pop_any_shard(hint + s);
@@ -499,6 +515,69 @@ class heap_core {
     return id;
   }
 
+  /// Takes slabs marked empty: the bitmap word under this hint's cursor only, or every word of
+  /// every arena from there on when `everywhere` (one word at a time: this stays lean in
+  /// registers, which every kernel that allocates pays for). The cursor moves on past bare words.
+  DEVMR_HOST_DEVICE std::uint32_t take_empty(unsigned hint, bool everywhere) const {
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    auto cursor = atomic(h_->empty_cursor[hint % max_slots]);
+    std::uint32_t const start = cursor.load(relaxed);
+    std::uint32_t at = start;
+    do {
+      std::uint32_t a = arena_of(at);
+      std::uint32_t w = index_of(at);
+      if (a >= arenas || w >= empty_words(read_only(h_->arenas[a].slabs))) {
+        a = a + 1 < arenas ? a + 1 : 0;  // past this arena's words: the next arena's first
+        w = 0;
+      }
+      std::uint32_t const id = take_word(a, w, hint);
+      if (id != no_slab) {
+        if (make_slab_id(a, w) != start) {
+          cursor.store(make_slab_id(a, w), relaxed);
+        }
+        return id;
+      }
+      at = make_slab_id(a, w + 1);
+    } while (everywhere && at != start);
+    cursor.store(at, relaxed);
+    return no_slab;
+  }
+
+  /// Takes every slab marked in word `w` of arena `a` at once: returns one and pushes the others
+  /// on this hint's stack of single slabs (no_slab when the word is bare).
+  DEVMR_HOST_DEVICE std::uint32_t take_word(std::uint32_t a, std::uint32_t w, unsigned hint) const {
+    auto word = atomic(read_only(h_->arenas[a].empty_bits)[w]);
+    if (word.load(relaxed) == 0) {
+      return no_slab;
+    }
+    // acquire: pairs with the release in mark_empty (the frees of every block happened before).
+    std::uint64_t marks = word.exchange(0, acquire);
+    if (marks == 0) {
+      return no_slab;
+    }
+    std::uint32_t const base = make_slab_id(a, w * 64);
+    std::uint32_t const id = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
+    marks &= marks - 1;
+    if (marks != 0) {
+      std::uint32_t const first = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
+      std::uint32_t last = first;
+      for (marks &= marks - 1; marks != 0; marks &= marks - 1) {
+        std::uint32_t const next = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
+        atomic(meta(last).next).store(next, relaxed);
+        last = next;
+      }
+      push_chain(shard_head(hint), first, last);
+    }
+    return id;
+  }
+
+  /// Marks small slab `id`, whose blocks are all free, in its arena's bitmap.
+  DEVMR_HOST_DEVICE void mark_empty(std::uint32_t id) const {
+    // release: whoever takes the mark sees the frees (acquired by the caller's fence).
+    atomic(read_only(h_->arenas[arena_of(id)].empty_bits)[index_of(id) / 64])
+        .fetch_or(std::uint64_t{1} << (index_of(id) % 64), release);
+  }
+
   /// Takes `slabs` slabs that were never handed out from the first arena that has them.
   DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs, unsigned hint) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
@@ -548,15 +627,22 @@ class heap_core {
   /// Single slabs go to a shard chosen by their id, not by the pushing SM: an SM's warps that
   /// recycle slabs at the same moment then meet on different words.
   DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned) const {
-    slab_meta& m = meta(id);
-    std::uint32_t const length = atomic(m.length).load(relaxed);
-    auto head = atomic(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)]);
+    std::uint32_t const length = atomic(meta(id).length).load(relaxed);
+    push_chain(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)], id, id);
+  }
+
+  /// Pushes the runs `first` ... `last` (linked through their `next` fields) on the stack with
+  /// head `word` at once.
+  DEVMR_HOST_DEVICE void push_chain(std::uint64_t& word,
+                                    std::uint32_t first,
+                                    std::uint32_t last) const {
+    auto head = atomic(word);
     std::uint64_t top = head.load(relaxed);
     std::uint64_t next;
     do {
-      atomic(m.next).store(static_cast<std::uint32_t>(top), relaxed);
-      next = (((top >> 32) + 1) << 32) | id;
-      // release: the run's metadata (and the frees that emptied it) are visible to its popper.
+      atomic(meta(last).next).store(static_cast<std::uint32_t>(top), relaxed);
+      next = (((top >> 32) + 1) << 32) | first;
+      // release: the runs' metadata (and the frees that emptied them) are visible to poppers.
     } while (!head.compare_exchange_weak(top, next, release, relaxed));
   }
 
@@ -600,13 +686,17 @@ class heap_core {
 };
 
 /// How many blocks of a slab are held by users, from its metadata alone (statistics scans).
-/// Returns the slab's class in `cls` (num_classes for large runs; false for free and body slabs).
+/// Returns the slab's class in `cls` (num_classes for large runs); false for free, body and empty
+/// slabs.
 DEVMR_HOST_DEVICE inline bool slab_usage(slab_meta const& m, unsigned& cls, std::uint64_t& blocks) {
   std::uint64_t const state = m.state;
   std::uint32_t const tag = state_tag(state);
   if (tag < num_classes) {
     std::uint32_t const capacity = class_capacity(tag);
     std::uint32_t const claimed = state_count(state) < capacity ? state_count(state) : capacity;
+    if (claimed == capacity && m.remaining == 0) {
+      return false;  // every block claimed and freed: an empty slab, free to take
+    }
     cls = tag;
     blocks = claimed - (capacity - m.remaining);
     return true;

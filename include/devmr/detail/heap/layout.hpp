@@ -31,7 +31,10 @@ inline constexpr unsigned max_arenas = 64;
 /// Current-slab slots per size class; a warp uses the slot of its SM (masked).
 inline constexpr unsigned max_slots = 256;
 /// Free runs of slabs are kept in stacks by floor(log2(length)); single free slabs in
-/// `slab_shards` stacks, so that recycling slabs from every SM at once does not meet on one word.
+/// `slab_shards` stacks, so that SMs do not meet on one word. A small slab whose blocks were all
+/// freed is only marked, by a bit of its arena's bitmap (see arena_desc::empty_bits): the free
+/// that empties it costs one more atomic that nobody waits for. A search for a slab takes a whole
+/// word of marks at once, keeps one slab and pushes the others on its own stack.
 inline constexpr unsigned run_classes = 32;
 inline constexpr unsigned slab_shards = 128;
 /// Shards looked at together when a thread's own shard is empty.
@@ -113,12 +116,19 @@ struct alignas(32) slab_meta {
 };
 static_assert(sizeof(slab_meta) == 32);
 
+/// Words of an arena's bitmap of empty slabs: one bit per slab.
+DEVMR_HOST_DEVICE constexpr std::uint64_t empty_words(std::uint64_t slabs) {
+  return (slabs + 63) / 64;
+}
+
 /// One arena: a slab-aligned range of memory taken from the pool, with its metadata. Written by
 /// the host before the arena is published through heap_header::arena_count; never changed after.
 struct arena_desc {
   std::byte* base;            ///< first slab
   slab_meta* meta;            ///< one per slab
   std::uint64_t* check_bits;  ///< check_words_per_slab words per slab on checked heaps, else null
+  std::uint64_t* empty_bits;  ///< empty_words(slabs) words: a bit is set while the small slab it
+                              ///< stands for has had every block freed and waits to be taken
   std::uint64_t slabs;        ///< number of slabs
 };
 
@@ -149,6 +159,9 @@ struct heap_header {
   padded_word runs_returned;   ///< remainders pushed back so far (a failed search retries if
                                ///< this moved while it looked)
   heap_counters counters;
+  /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
+  /// slab id is. Only a hint: any value is safe.
+  std::uint32_t empty_cursor[max_slots];
   alignas(128) std::uint64_t slots[num_classes][max_slots];
 };
 

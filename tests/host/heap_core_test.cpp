@@ -166,7 +166,7 @@ TEST_CASE("a claim hands out consecutive aligned blocks of one slab", "[heap][co
 
 TEST_CASE("an exhausted slab is replaced and recycled once all its blocks are freed",
           "[heap][core]") {
-  host_heap heap{{4}, false};
+  host_heap heap{{2}, false};  // no fresh slab left once both are handed out
   auto core = heap.core();
   unsigned const cls = num_classes - 3;  // 32 KiB blocks, 8 per slab
   std::vector<void*> blocks;
@@ -185,7 +185,7 @@ TEST_CASE("an exhausted slab is replaced and recycled once all its blocks are fr
   core.free_one(blocks[7], 0);  // now empty: marked for the next taker
   CHECK(empty == 1);
   CHECK(heap.blocks_in_use() == 4);
-  // The second slab runs out: its successor is the first one again, not a fresh slab.
+  // The second slab runs out: its successor is the first one again, found through the bitmap.
   for (int i = 12; i < 17; ++i) {
     claim_result const got = core.claim(cls, 0, 1, 0);
     REQUIRE(got.count == 1);

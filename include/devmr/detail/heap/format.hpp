@@ -40,7 +40,7 @@ inline void initialize(heap_header& h, bool checked) {
 /// SMs do not all start on its first word.
 DEVMR_HOST_DEVICE inline std::uint32_t first_cursor(heap_header const& h, unsigned hint) {
   return make_slab_id(
-      0, static_cast<std::uint32_t>(empty_words(h.arenas[0].slabs) * hint / max_slots));
+      0, static_cast<std::uint32_t>(empty_bitmap_words(h.arenas[0].slabs) * hint / max_slots));
 }
 
 /// Publishes an arena in a header image that no thread is using (the host's copy).

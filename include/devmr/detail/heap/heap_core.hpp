@@ -317,14 +317,14 @@ class heap_core {
   /// One search for a run of `slabs` slabs (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
-      // Own shard, marked slabs near this hint's cursor, a fresh slab, marked slabs anywhere, the
-      // other shards, a piece of a longer run.
+      // Own shard, a fresh slab, marked slabs near this hint's cursor, then anywhere, the other
+      // shards, a piece of a longer run.
       std::uint32_t id = pop(shard_head(hint));
       if (id == no_slab) {
-        id = take_empty(hint, false);
+        id = take_fresh(1, hint);  // exactly one slab: nothing to split
       }
       if (id == no_slab) {
-        id = take_fresh(1, hint);  // exactly one slab: nothing to split
+        id = take_empty(hint, false);
       }
       if (id == no_slab) {
         id = take_empty(hint, true);
@@ -515,32 +515,54 @@ class heap_core {
     return id;
   }
 
-  /// Takes slabs marked empty: the bitmap word under this hint's cursor only, or every word of
-  /// every arena from there on when `everywhere` (one word at a time: this stays lean in
-  /// registers, which every kernel that allocates pays for). The cursor moves on past bare words.
+  /// Takes slabs marked empty: the bitmap word under this hint's cursor only (moving the cursor
+  /// on when it is bare), or, when `everywhere`, the words whose summary bits are set, in every
+  /// arena, from the cursor's summary word on; the cursor moves to where marks were found.
   DEVMR_HOST_DEVICE std::uint32_t take_empty(unsigned hint, bool everywhere) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
     auto cursor = atomic(h_->empty_cursor[hint % max_slots]);
-    std::uint32_t const start = cursor.load(relaxed);
-    std::uint32_t at = start;
-    do {
-      std::uint32_t a = arena_of(at);
-      std::uint32_t w = index_of(at);
-      if (a >= arenas || w >= empty_words(read_only(h_->arenas[a].slabs))) {
-        a = a + 1 < arenas ? a + 1 : 0;  // past this arena's words: the next arena's first
-        w = 0;
-      }
+    std::uint32_t const at = cursor.load(relaxed);
+    std::uint32_t a = arena_of(at) < arenas ? arena_of(at) : 0;
+    if (!everywhere) {
+      std::uint32_t const w = index_of(at) < bitmap_words(a) ? index_of(at) : 0;
       std::uint32_t const id = take_word(a, w, hint);
-      if (id != no_slab) {
-        if (make_slab_id(a, w) != start) {
-          cursor.store(make_slab_id(a, w), relaxed);
-        }
-        return id;
+      if (id == no_slab) {  // bare: the next probe looks further on
+        cursor.store(make_slab_id(a, w + 1), relaxed);
       }
-      at = make_slab_id(a, w + 1);
-    } while (everywhere && at != start);
-    cursor.store(at, relaxed);
+      return id;
+    }
+    for (std::uint32_t k = 0; k < arenas; ++k, a = a + 1 < arenas ? a + 1 : 0) {
+      auto const words = static_cast<std::uint32_t>(bitmap_words(a));
+      std::uint32_t const summaries = (words + 63) / 64;
+      std::uint64_t* const summary = read_only(h_->arenas[a].empty_bits) + words;
+      std::uint32_t s = k == 0 && index_of(at) / 64 < summaries ? index_of(at) / 64 : 0;
+      for (std::uint32_t n = 0; n < summaries; ++n, s = s + 1 < summaries ? s + 1 : 0) {
+        for (std::uint64_t marked = atomic(summary[s]).load(relaxed); marked != 0;
+             marked &= marked - 1) {
+          std::uint32_t const w =
+              s * 64 + static_cast<std::uint32_t>(cuda::std::countr_zero(marked));
+          std::uint32_t const id = take_word(a, w, hint);
+          if (id != no_slab) {
+            cursor.store(make_slab_id(a, w), relaxed);
+            return id;
+          }
+          // A bare word: clear its summary bit, then look again, since a slab marked meanwhile
+          // may have found the summary bit still set. acquire: pairs with the release in
+          // mark_empty, so that the second look sees the mark of any such slab.
+          std::uint64_t const bit = std::uint64_t{1} << (w % 64);
+          atomic(summary[s]).fetch_and(~bit, acquire);
+          if (atomic(read_only(h_->arenas[a].empty_bits)[w]).load(relaxed) != 0) {
+            atomic(summary[s]).fetch_or(bit, relaxed);
+          }
+        }
+      }
+    }
     return no_slab;
+  }
+
+  /// Words of arena `a`'s bitmap of empty slabs (its summary follows them).
+  DEVMR_HOST_DEVICE std::uint64_t bitmap_words(std::uint32_t a) const {
+    return empty_bitmap_words(read_only(h_->arenas[a].slabs));
   }
 
   /// Takes every slab marked in word `w` of arena `a` at once: returns one and pushes the others
@@ -571,11 +593,16 @@ class heap_core {
     return id;
   }
 
-  /// Marks small slab `id`, whose blocks are all free, in its arena's bitmap.
+  /// Marks small slab `id`, whose blocks are all free, in its arena's bitmap, then the bitmap
+  /// word in the summary. Nobody waits for either atomic.
   DEVMR_HOST_DEVICE void mark_empty(std::uint32_t id) const {
+    std::uint32_t const index = index_of(id);
+    std::uint64_t* const bits = read_only(h_->arenas[arena_of(id)].empty_bits);
     // release: whoever takes the mark sees the frees (acquired by the caller's fence).
-    atomic(read_only(h_->arenas[arena_of(id)].empty_bits)[index_of(id) / 64])
-        .fetch_or(std::uint64_t{1} << (index_of(id) % 64), release);
+    atomic(bits[index / 64]).fetch_or(std::uint64_t{1} << (index % 64), release);
+    // release: whoever sees the summary bit sees the mark.
+    atomic(bits[bitmap_words(arena_of(id)) + index / 4096])
+        .fetch_or(std::uint64_t{1} << (index / 64 % 64), release);
   }
 
   /// Takes `slabs` slabs that were never handed out from the first arena that has them.

@@ -520,14 +520,13 @@ class heap_core {
   /// arena, from the cursor's summary word on; the cursor moves to where marks were found.
   DEVMR_HOST_DEVICE std::uint32_t take_empty(unsigned hint, bool everywhere) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
-    auto cursor = atomic(h_->empty_cursor[hint % max_slots]);
-    std::uint32_t const at = cursor.load(relaxed);
+    std::uint32_t const at = atomic(h_->empty_cursor[hint % max_slots]).load(relaxed);
     std::uint32_t a = arena_of(at) < arenas ? arena_of(at) : 0;
     if (!everywhere) {
       std::uint32_t const w = index_of(at) < bitmap_words(a) ? index_of(at) : 0;
       std::uint32_t const id = take_word(a, w, hint);
       if (id == no_slab) {  // bare: the next probe looks further on
-        cursor.store(make_slab_id(a, w + 1), relaxed);
+        atomic(h_->empty_cursor[hint % max_slots]).store(make_slab_id(a, w + 1), relaxed);
       }
       return id;
     }
@@ -543,7 +542,7 @@ class heap_core {
               s * 64 + static_cast<std::uint32_t>(cuda::std::countr_zero(marked));
           std::uint32_t const id = take_word(a, w, hint);
           if (id != no_slab) {
-            cursor.store(make_slab_id(a, w), relaxed);
+            atomic(h_->empty_cursor[hint % max_slots]).store(make_slab_id(a, w), relaxed);
             return id;
           }
           // A bare word: clear its summary bit, then look again, since a slab marked meanwhile
@@ -551,7 +550,7 @@ class heap_core {
           // mark_empty, so that the second look sees the mark of any such slab.
           std::uint64_t const bit = std::uint64_t{1} << (w % 64);
           atomic(summary[s]).fetch_and(~bit, acquire);
-          if (atomic(read_only(h_->arenas[a].empty_bits)[w]).load(relaxed) != 0) {
+          if (atomic(read_only(h_->arenas[a].empty_bits)[w]).load(acquire) != 0) {
             atomic(summary[s]).fetch_or(bit, relaxed);
           }
         }
@@ -566,30 +565,41 @@ class heap_core {
   }
 
   /// Takes every slab marked in word `w` of arena `a` at once: returns one and pushes the others
-  /// on this hint's stack of single slabs (no_slab when the word is bare).
+  /// on this hint's stack of single slabs (no_slab when the word is bare). Counted in flight
+  /// meanwhile, as a run being split is: a search that finds the word bare and the stacks empty
+  /// before the push looks again (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t take_word(std::uint32_t a, std::uint32_t w, unsigned hint) const {
     auto word = atomic(read_only(h_->arenas[a].empty_bits)[w]);
-    if (word.load(relaxed) == 0) {
+    // acquire: a search that sees the word emptied by an exchange also sees the in-flight count
+    // the taker raised before it.
+    if (word.load(acquire) == 0) {
       return no_slab;
     }
-    // acquire: pairs with the release in mark_empty (the frees of every block happened before).
-    std::uint64_t marks = word.exchange(0, acquire);
-    if (marks == 0) {
-      return no_slab;
-    }
+    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    // acq_rel: pairs with the release in mark_empty (the frees of every block happened before),
+    // and with the acquire above.
+    std::uint64_t marks = word.exchange(0, acq_rel);
     std::uint32_t const base = make_slab_id(a, w * 64);
-    std::uint32_t const id = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
-    marks &= marks - 1;
-    if (marks != 0) {
-      std::uint32_t const first = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
-      std::uint32_t last = first;
-      for (marks &= marks - 1; marks != 0; marks &= marks - 1) {
-        std::uint32_t const next = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
-        atomic(meta(last).next).store(next, relaxed);
-        last = next;
+    std::uint32_t id = no_slab;     // the slab this search keeps
+    std::uint32_t first = no_slab;  // the others, linked first to last
+    std::uint32_t last = no_slab;
+    for (; marks != 0; marks &= marks - 1) {
+      std::uint32_t const slab = base + static_cast<std::uint32_t>(cuda::std::countr_zero(marks));
+      if (id == no_slab) {
+        id = slab;
+      } else if (first == no_slab) {
+        first = slab;
+      } else {
+        atomic(meta(last).next).store(slab, relaxed);
       }
-      push_chain(shard_head(hint), first, last);
+      last = slab;
     }
+    if (first != no_slab) {
+      push_chain(shard_head(hint), first, last);
+      atomic(h_->runs_returned.value).fetch_add(1, release);
+    }
+    // release: the slabs are on the stack before a searcher sees the count drop.
+    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
     return id;
   }
 

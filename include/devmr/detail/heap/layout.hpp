@@ -161,9 +161,10 @@ struct heap_header {
   std::uint32_t unused;
   std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)
   padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM
-  padded_word runs_in_flight;  ///< runs popped to be split, their remainder not pushed back yet
-  padded_word runs_returned;   ///< remainders pushed back so far (a failed search retries if
-                               ///< this moved while it looked)
+  padded_word runs_in_flight;  ///< runs popped to be split (or bitmap words taken) whose other
+                               ///< slabs are not on a stack yet
+  padded_word runs_returned;   ///< such slabs pushed so far (a failed search retries if this
+                               ///< moved while it looked)
   heap_counters counters;
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.

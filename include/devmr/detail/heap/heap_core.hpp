@@ -10,7 +10,7 @@
 //    own. Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
 //  - When a slot's slab runs out, one thread (the one whose claim emptied it, or the first to
 //    swap in `installing_slot`) installs the next; the others wait for it, but only for a bounded
-//    time (~35 us on the device), then install a slab themselves. No thread ever waits without
+//    time (~300 us on the device), then install a slab themselves. No thread ever waits without
 //    bound on another: every other wait is a CAS retry that fails only because another thread
 //    made progress.
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
@@ -460,10 +460,10 @@ class heap_core {
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word) {
     std::uint64_t seen = installing_slot;
     // Host threads (tests of this core) give up soon, so that the give-up path runs often.
-    unsigned const rounds = DEVMR_IS_DEVICE_CODE ? 64 : 4;
+    unsigned const rounds = DEVMR_IS_DEVICE_CODE ? 320 : 4;
     for (unsigned round = 0; round < rounds && seen == installing_slot; ++round) {
 #if DEVMR_IS_DEVICE_CODE
-      __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~35 us in all
+      __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~300 us in all
 #else
       std::this_thread::yield();
 #endif

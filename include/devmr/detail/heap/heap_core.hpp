@@ -515,43 +515,55 @@ class heap_core {
     return id;
   }
 
-  /// Takes slabs marked empty: the bitmap word under this hint's cursor only (moving the cursor
-  /// on when it is bare), or, when `everywhere`, the words whose summary bits are set, in every
-  /// arena, from the cursor's summary word on; the cursor moves to where marks were found.
+  /// Takes slabs marked empty: from the bitmap word under this hint's cursor (moving the cursor
+  /// on when it is bare), or, when `everywhere`, from the first word that the summaries mark and
+  /// that has marks, in any arena (moving the cursor there).
   DEVMR_HOST_DEVICE std::uint32_t take_empty(unsigned hint, bool everywhere) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
-    std::uint32_t const at = atomic(h_->empty_cursor[hint % max_slots]).load(relaxed);
-    std::uint32_t a = arena_of(at) < arenas ? arena_of(at) : 0;
-    if (!everywhere) {
-      std::uint32_t const w = index_of(at) < bitmap_words(a) ? index_of(at) : 0;
-      std::uint32_t const id = take_word(a, w, hint);
-      if (id == no_slab) {  // bare: the next probe looks further on
-        atomic(h_->empty_cursor[hint % max_slots]).store(make_slab_id(a, w + 1), relaxed);
+    std::uint32_t at = atomic(h_->empty_cursor[hint % max_slots]).load(relaxed);
+    if (everywhere) {
+      at = find_marked_word(hint);
+      if (at == no_slab) {
+        return no_slab;
       }
-      return id;
     }
-    for (std::uint32_t k = 0; k < arenas; ++k, a = a + 1 < arenas ? a + 1 : 0) {
+    std::uint32_t const a = arena_of(at) < arenas ? arena_of(at) : 0;
+    std::uint32_t const w = index_of(at) < bitmap_words(a) ? index_of(at) : 0;
+    std::uint32_t const id = take_word(a, w, hint);
+    // Bare (or taken by others meanwhile): the next probe looks further on. Found anywhere: the
+    // next probe looks there again.
+    atomic(h_->empty_cursor[hint % max_slots])
+        .store(make_slab_id(a, id == no_slab ? w + 1 : w), relaxed);
+    return id;
+  }
+
+  /// The first bitmap word, in any arena, that its summary marks and that has marks, as a
+  /// (arena, word) pair packed like a slab id; no_slab when there is none. Each hint starts at
+  /// its own summary word. Clears the summary bits of the bare words it looks at.
+  DEVMR_HOST_DEVICE std::uint32_t find_marked_word(unsigned hint) const {
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    for (std::uint32_t a = 0; a < arenas; ++a) {
+      std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
       auto const words = static_cast<std::uint32_t>(bitmap_words(a));
       std::uint32_t const summaries = (words + 63) / 64;
-      std::uint64_t* const summary = read_only(h_->arenas[a].empty_bits) + words;
-      std::uint32_t s = k == 0 && index_of(at) / 64 < summaries ? index_of(at) / 64 : 0;
-      for (std::uint32_t n = 0; n < summaries; ++n, s = s + 1 < summaries ? s + 1 : 0) {
-        for (std::uint64_t marked = atomic(summary[s]).load(relaxed); marked != 0;
-             marked &= marked - 1) {
-          std::uint32_t const w =
-              s * 64 + static_cast<std::uint32_t>(cuda::std::countr_zero(marked));
-          std::uint32_t const id = take_word(a, w, hint);
-          if (id != no_slab) {
-            atomic(h_->empty_cursor[hint % max_slots]).store(make_slab_id(a, w), relaxed);
-            return id;
+      for (std::uint32_t n = 0; n < summaries; ++n) {
+        std::uint32_t const w = (hint + n) % summaries * 64;  // SMs start apart
+        auto summary = atomic(bits[words + w / 64]);
+        for (std::uint64_t marked = summary.load(relaxed); marked != 0; marked &= marked - 1) {
+          std::uint32_t const word = w + static_cast<std::uint32_t>(cuda::std::countr_zero(marked));
+          // acquire: a search that sees the word emptied by an exchange also sees the in-flight
+          // count the taker raised before it (see take_word).
+          if (atomic(bits[word]).load(acquire) != 0) {
+            return make_slab_id(a, word);
           }
           // A bare word: clear its summary bit, then look again, since a slab marked meanwhile
           // may have found the summary bit still set. acquire: pairs with the release in
           // mark_empty, so that the second look sees the mark of any such slab.
-          std::uint64_t const bit = std::uint64_t{1} << (w % 64);
-          atomic(summary[s]).fetch_and(~bit, acquire);
-          if (atomic(read_only(h_->arenas[a].empty_bits)[w]).load(acquire) != 0) {
-            atomic(summary[s]).fetch_or(bit, relaxed);
+          std::uint64_t const bit = std::uint64_t{1} << (word % 64);
+          summary.fetch_and(~bit, acquire);
+          if (atomic(bits[word]).load(acquire) != 0) {
+            summary.fetch_or(bit, relaxed);
+            return make_slab_id(a, word);
           }
         }
       }

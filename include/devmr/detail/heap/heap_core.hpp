@@ -182,10 +182,10 @@ class heap_core {
   DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id, std::uint32_t count, unsigned hint) const {
     // release: the freeing threads' last writes to their blocks happen-before the slab is
     // recycled; the thread that frees the last block acquires them all before recycling.
-    std::uint32_t const before = atomic(meta(id).remaining).fetch_sub(count, release);
-    if (before == count) {
+    std::uint32_t const left = atomic(meta(id).remaining).fetch_sub(count, release) - count;
+    if ((left & ~large_run_flag) == 0) {
       cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
-      if (state_tag(atomic(meta(id).state).load(relaxed)) == tag_large) {
+      if (left == large_run_flag) {
         retire(id, hint);
       } else {
         mark_empty(id);
@@ -214,7 +214,7 @@ class heap_core {
     slab_meta& m = meta(id);
     std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
     atomic(m.length).store(static_cast<std::uint32_t>(slabs), relaxed);
-    atomic(m.remaining).store(1u, relaxed);
+    atomic(m.remaining).store(large_run_flag | 1u, relaxed);
     atomic(m.state).store(make_state(gen, tag_large, sentinel_count), release);
     return data(id);
   }
@@ -246,8 +246,9 @@ class heap_core {
       if (offset != 0) {
         return count_misuse(h_->counters.invalid_frees);
       }
-      std::uint32_t expected = 1;
-      if (!atomic(m.remaining).compare_exchange_strong(expected, 0u, acq_rel, relaxed)) {
+      std::uint32_t expected = large_run_flag | 1u;
+      if (!atomic(m.remaining)
+               .compare_exchange_strong(expected, large_run_flag, acq_rel, relaxed)) {
         return count_misuse(h_->counters.double_frees);
       }
       retire(id, hint);
@@ -752,7 +753,7 @@ DEVMR_HOST_DEVICE inline bool slab_usage(slab_meta const& m, unsigned& cls, std:
   }
   if (tag == tag_large) {
     cls = num_classes;
-    blocks = m.remaining;
+    blocks = m.remaining & ~large_run_flag;
     return true;
   }
   return false;

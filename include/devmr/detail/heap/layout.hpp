@@ -105,11 +105,16 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t slot_gen(std::uint64_t w) {
 /// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
 inline constexpr std::uint64_t empty_stack = no_slab;
 
+/// Set in the `remaining` count of a large run: the free that gives its one block back sees the
+/// flag in what is left, and returns the run to a stack without reading the slab's state.
+inline constexpr std::uint32_t large_run_flag = std::uint32_t{1} << 31;
+
 /// Metadata of one slab, kept apart from the slab's memory; 32 bytes, so that atomics on two
 /// slabs never share an L2 sector.
 struct alignas(32) slab_meta {
   std::uint64_t state;      ///< see make_state; updated atomically
-  std::uint32_t remaining;  ///< blocks not yet freed (capacity at format, 1 for a large run)
+  std::uint32_t remaining;  ///< blocks not yet freed (capacity at format; for a large run,
+                            ///< large_run_flag | 1)
   std::uint32_t next;       ///< the run below this one on its free stack
   std::uint32_t length;     ///< run length in slabs (heads only)
   std::uint32_t unused[3];

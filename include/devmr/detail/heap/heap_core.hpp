@@ -284,9 +284,14 @@ class heap_core {
   /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
   /// is the caller's to format. A run being split is off its stack for a moment: a search that
   /// found nothing while one was (or whose remainder came back meanwhile) looks again, a bounded
-  /// number of times, so that memory in flight is not reported as missing.
+  /// number of times, so that memory in flight is not reported as missing. The first search
+  /// takes no snapshot of the returns (an acquire load that would hold back every load after it,
+  /// a round trip on every refill): only once it has found nothing do the careful searches begin.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs,
                                                              unsigned hint) const {
+    if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
+      return id;
+    }
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
       std::uint32_t const id = search_run(slabs, hint);

@@ -33,7 +33,7 @@ struct heap_stats {
   struct size_class {
     std::size_t block_bytes = 0;    ///< the class's block size
     std::size_t blocks_in_use = 0;  ///< blocks allocated and not freed
-    std::size_t slabs = 0;          ///< slabs formatted for the class
+    std::size_t slabs = 0;          ///< slabs of the class not yet emptied (emptied ones are free)
   };
   std::size_t bytes_in_use = 0;   ///< bytes of the blocks in use (block sizes, large runs whole)
   std::size_t blocks_in_use = 0;  ///< blocks in use, small and large

@@ -16,11 +16,12 @@
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
 //    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
 //    atomic OR nobody waits for), a large run goes back on a free stack.
-//  - A search for one slab tries the SM's own stack of single free slabs, then the bitmap word
-//    under the SM's cursor, then an arena's frontier (slabs never handed out: formatted lazily,
-//    so setup does not grow with the heap), then the whole bitmap, the other stacks, and a piece
-//    of a longer free run. A bitmap word is taken whole (one exchange): the search keeps one slab
-//    and pushes the others on its own stack, where its SM's next searches find them.
+//  - A search for one slab tries the SM's own stack of single free slabs, then an arena's
+//    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
+//    then the bitmap word under the SM's cursor, then the first word the bitmaps' summaries mark,
+//    the other stacks, and a piece of a longer free run. A bitmap word is taken whole (one
+//    exchange): the search keeps one slab and pushes the others on its own stack, where its SM's
+//    next searches find them.
 //  - Large blocks are whole runs of slabs, from the stacks of runs (by floor(log2(length))), the
 //    frontier, or split from a longer run. Free runs are not merged again (reset() restores the
 //    whole heap), so long runs are best taken early.

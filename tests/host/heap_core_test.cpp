@@ -331,7 +331,7 @@ TEST_CASE("a freed large block goes back on a stack, not into the bitmap", "[hea
   std::uint32_t id = 0;
   std::size_t offset = 0;
   REQUIRE(core.locate(runs[0], id, offset));
-  core.free_blocks(id, 1, 0);
+  core.free_blocks(id, 1, 0, core.arena(0));
   CHECK(heap.blocks_in_use() == 1);
   CHECK(heap.header().arenas[0].empty_bits[0] == 0);
   // A search for one slab cuts it from the run; the other three slabs serve again.

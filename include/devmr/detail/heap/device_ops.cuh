@@ -90,25 +90,25 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
 
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
 __device__ inline void device_deallocate(heap_header* h, void const* p) {
-  if (p == nullptr) {
-    return;
-  }
   heap_core const core{h};
+  // Read before the first branch, so that these loads overlap the caller's load of `p`.
+  heap_core::arena_view const first = core.arena(0);
+  bool const checked = core.checked();
   std::uint32_t id = 0;
   std::size_t offset = 0;
-  if (!core.locate(p, id, offset)) {
-    core.count_misuse(h->counters.invalid_frees);
+  if (!core.locate(p, first, id, offset)) {  // no arena holds nullptr
+    if (p != nullptr) {
+      core.count_misuse(h->counters.invalid_frees);
+    }
     return;
   }
-  unsigned const sm = sm_id();
-  if (core.checked() && core.check_free(id, offset, sm) != free_check::proceed) {
+  if (checked && core.check_free(id, offset, sm_id()) != free_check::proceed) {
     return;
   }
   // The threads of this warp freeing blocks of the same slab: one subtraction for all.
-  unsigned const active = __activemask();
-  unsigned const peers = __match_any_sync(active, id);
+  unsigned const peers = __match_any_sync(__activemask(), id);
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
-    core.free_blocks(id, __popc(peers), sm);
+    core.free_blocks(id, __popc(peers), sm_id(), first);
   }
 }
 

@@ -83,6 +83,31 @@ class heap_core {
 
   DEVMR_HOST_DEVICE heap_header* header() const { return h_; }
 
+  /// What the fast paths need of one arena's table entry.
+  struct arena_view {
+    std::byte* base;
+    slab_meta* meta;
+    std::uint64_t slabs;
+  };
+
+  /// Reads arena `a`'s entry. The fast paths read arena 0's (where most slabs live) ahead, before
+  /// their first atomic, so that the loads overlap it instead of following it: an acquire
+  /// invalidates the SM's L1, and a load after one is a round trip to L2.
+  DEVMR_HOST_DEVICE arena_view arena(std::uint32_t a) const {
+    arena_desc const& d = h_->arenas[a];
+    return {read_only(d.base), read_only(d.meta), read_only(d.slabs)};
+  }
+
+  DEVMR_HOST_DEVICE slab_meta& meta(std::uint32_t id, arena_view const& first) const {
+    slab_meta* const metas =
+        arena_of(id) == 0 ? first.meta : read_only(h_->arenas[arena_of(id)].meta);
+    return metas[index_of(id)];
+  }
+  DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id, arena_view const& first) const {
+    std::byte* const base =
+        arena_of(id) == 0 ? first.base : read_only(h_->arenas[arena_of(id)].base);
+    return base + (std::size_t{index_of(id)} << slab_shift);
+  }
   DEVMR_HOST_DEVICE slab_meta& meta(std::uint32_t id) const {
     return read_only(h_->arenas[arena_of(id)].meta)[index_of(id)];
   }
@@ -93,23 +118,33 @@ class heap_core {
     return read_only(h_->arenas[arena_of(id)].check_bits) +
            std::size_t{index_of(id)} * check_words_per_slab;
   }
-  DEVMR_HOST_DEVICE bool checked() const { return h_->checked != 0; }
+  DEVMR_HOST_DEVICE bool checked() const { return read_only(h_->checked) != 0; }
 
   /// Finds the slab that holds `p`: its id and the offset of `p` in it. False when no arena of
-  /// this heap holds `p`.
-  DEVMR_HOST_DEVICE bool locate(void const* p, std::uint32_t& id, std::size_t& offset) const {
-    std::uint32_t const arenas = read_only(h_->arena_count);
+  /// this heap holds `p`. `first` is arena 0's entry, read ahead; every heap has arena 0 (a
+  /// header's unpublished entries are zero and hold nothing), so it is looked at before the count.
+  DEVMR_HOST_DEVICE bool locate(void const* p,
+                                arena_view const& first,
+                                std::uint32_t& id,
+                                std::size_t& offset) const {
     auto const address = reinterpret_cast<std::uintptr_t>(p);
-    for (std::uint32_t a = 0; a < arenas; ++a) {
-      arena_desc const& arena = h_->arenas[a];
-      std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(read_only(arena.base));
-      if (off < (read_only(arena.slabs) << slab_shift)) {
+    arena_view arena = first;
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    for (std::uint32_t a = 0;;) {
+      std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(arena.base);
+      if (off < (arena.slabs << slab_shift)) {
         id = make_slab_id(a, static_cast<std::uint32_t>(off >> slab_shift));
         offset = off & (slab_bytes - 1);
         return true;
       }
+      if (++a >= arenas) {
+        return false;
+      }
+      arena = this->arena(a);
     }
-    return false;
+  }
+  DEVMR_HOST_DEVICE bool locate(void const* p, std::uint32_t& id, std::size_t& offset) const {
+    return locate(p, arena(0), id, offset);
   }
 
   // ---- small blocks -------------------------------------------------------------------------
@@ -121,12 +156,13 @@ class heap_core {
                                        unsigned slot,
                                        std::uint32_t want,
                                        unsigned hint) const {
+    arena_view const first = arena(0);  // read ahead (see arena())
     auto slot_word = atomic(h_->slots[cls][slot]);
     std::uint64_t seen = slot_word.load(relaxed);
     for (;;) {
       if (seen < installing_slot) {
         bool exhausted = false;
-        claim_result const got = claim_from(slot_id(seen), cls, want, exhausted);
+        claim_result const got = claim_from(slot_id(seen), cls, want, exhausted, first);
         if (got.count != 0) {
           if (exhausted && got.count == want) {
             refill(slot_word, seen, cls, hint);  // the next claimers find a fresh slab
@@ -174,23 +210,25 @@ class heap_core {
     std::uint32_t const capacity = class_capacity(cls);
     std::uint32_t const claimed = state_count(atomic(meta(id).state).fetch_add(capacity, relaxed));
     if (claimed < capacity) {
-      free_blocks(id, capacity - claimed, hint);
+      free_blocks(id, capacity - claimed, hint, arena(0));
     }
   }
 
   /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
-  /// small slab is marked empty, a large run goes back on its stack.
-  DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id, std::uint32_t count, unsigned hint) const {
-    // release: the freeing threads' last writes to their blocks happen-before the slab is
-    // recycled; the thread that frees the last block acquires them all before recycling.
-    std::uint32_t const left = atomic(meta(id).remaining).fetch_sub(count, release) - count;
-    if ((left & ~large_run_flag) == 0) {
-      cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
-      if (left == large_run_flag) {
-        retire(id, hint);
-      } else {
-        mark_empty(id);
-      }
+  /// small slab is marked empty, a large run goes back on its stack. `first`: arena 0's entry.
+  DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id,
+                                     std::uint32_t count,
+                                     unsigned hint,
+                                     arena_view const& first) const {
+    // release: the freeing threads' last writes to their blocks happen-before the slab's next
+    // life. The thread that frees the last block does not acquire them (an acquire would empty
+    // its SM's L1 cache): format_small does, when the slab is taken again. A large run has one
+    // block, whose free is this one: the release of its push orders it.
+    std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, release) - count;
+    if (left == large_run_flag) {
+      retire(id, hint);
+    } else if (left == 0) {
+      mark_empty(id);
     }
   }
 
@@ -272,7 +310,7 @@ class heap_core {
     if (checked() && check_free(id, offset, hint) != free_check::proceed) {
       return;
     }
-    free_blocks(id, 1, hint);
+    free_blocks(id, 1, hint, arena(0));
   }
 
   DEVMR_HOST_DEVICE free_check count_misuse(std::uint64_t& counter) const {
@@ -393,10 +431,12 @@ class heap_core {
   DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id,
                                             unsigned cls,
                                             std::uint32_t want,
-                                            bool& exhausted) const {
+                                            bool& exhausted,
+                                            arena_view const& first) const {
+    std::byte* const slab = data(id, first);  // before the acquire (see arena())
     // acquire: pairs with the release store of the state when the slab was formatted, so that
     // the slab's previous blocks were freed (and its metadata reset) before we use it.
-    std::uint64_t const before = atomic(meta(id).state).fetch_add(want, acquire);
+    std::uint64_t const before = atomic(meta(id, first).state).fetch_add(want, acquire);
     std::uint32_t const tag = state_tag(before);
     std::uint32_t const count = state_count(before);
     if (tag >= num_classes) {
@@ -408,11 +448,11 @@ class heap_core {
     }
     std::uint32_t const got = capacity - count < want ? capacity - count : want;
     if (tag != cls) {
-      free_blocks(id, got, 0);
+      free_blocks(id, got, 0, first);
       return {nullptr, 0};
     }
     exhausted = count + want >= capacity;
-    return {data(id) + (std::size_t{count} << (cls + min_block_shift)), got};
+    return {slab + (std::size_t{count} << (cls + min_block_shift)), got};
   }
 
   /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
@@ -420,6 +460,7 @@ class heap_core {
                                                       unsigned own,
                                                       std::uint32_t want) const {
     std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+    arena_view const first = arena(0);
     for (std::uint32_t s = 0; s < slots; ++s) {
       std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
       if (w >= installing_slot) {  // empty, or its next slab is on the way: nothing to take
@@ -430,7 +471,7 @@ class heap_core {
         continue;
       }
       bool exhausted = false;
-      claim_result const got = claim_from(slot_id(w), cls, want, exhausted);
+      claim_result const got = claim_from(slot_id(w), cls, want, exhausted, first);
       if (got.count != 0) {
         return got;
       }
@@ -485,6 +526,10 @@ class heap_core {
                                                unsigned cls,
                                                std::uint32_t claimed) const {
     slab_meta& m = meta(id);
+    // acquire: reads the count that the last free of the slab's previous life left (it reads
+    // zero), so those frees, all release-ordered, happen-before the blocks are handed out again.
+    // A slab that had no previous life reads anything, harmlessly.
+    atomic(m.remaining).load(acquire);
     std::uint32_t const gen = (state_gen(atomic(m.state).load(relaxed)) + 1) & 0xffffffu;
     if (checked()) {
       std::uint64_t* bits = check_bits(id);
@@ -629,7 +674,8 @@ class heap_core {
   DEVMR_HOST_DEVICE void mark_empty(std::uint32_t id) const {
     std::uint32_t const index = index_of(id);
     std::uint64_t* const bits = read_only(h_->arenas[arena_of(id)].empty_bits);
-    // release: whoever takes the mark sees the frees (acquired by the caller's fence).
+    // release: orders the caller's subtraction before the mark, so that whoever takes the mark
+    // and formats the slab reads the count it left (see format_small).
     if (atomic(bits[index / 64]).fetch_or(std::uint64_t{1} << (index % 64), release) == 0) {
       // release: whoever sees the summary bit sees the mark.
       atomic(bits[bitmap_words(arena_of(id)) + index / 4096])

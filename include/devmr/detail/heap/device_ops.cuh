@@ -76,6 +76,9 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
     }
     served += count;
   }
+  // Memory ordering among the peers (shuffles give none): the leader's claims, acquires, happen
+  // before every peer's use of its block.
+  __syncwarp(peers);
   if (served < wanted && lane == leader) {
     atomic(h->counters.failed_allocations).fetch_add(wanted - served, relaxed);
   }
@@ -107,6 +110,9 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
   }
   // The threads of this warp freeing blocks of the same slab: one subtraction for all.
   unsigned const peers = __match_any_sync(__activemask(), id);
+  // Memory ordering among the peers: every peer's last use of its block happens before the
+  // leader's subtraction, whose release publishes them all.
+  __syncwarp(peers);
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
     core.free_blocks(id, __popc(peers), sm_id(), first);
   }

@@ -191,6 +191,7 @@ class heap_core {
       }
       std::uint32_t const capacity = class_capacity(cls);
       std::uint32_t const take = want < capacity ? want : capacity;
+      std::byte* const slab = data(id);  // loaded beside format_small's loads
       std::uint32_t const gen = format_small(id, cls, take);
       std::uint64_t expected = installing_slot;
       // release: publishes the formatted slab to the threads that read the slot.
@@ -200,7 +201,7 @@ class heap_core {
         // life) may have claimed blocks of it since we formatted it.
         close(id, cls, hint);
       }
-      return {data(id), take};
+      return {slab, take};
     }
   }
 
@@ -526,11 +527,13 @@ class heap_core {
                                                unsigned cls,
                                                std::uint32_t claimed) const {
     slab_meta& m = meta(id);
+    std::uint64_t const state = atomic(m.state).load(relaxed);
     // acquire: reads the count that the last free of the slab's previous life left (it reads
     // zero), so those frees, all release-ordered, happen-before the blocks are handed out again.
-    // A slab that had no previous life reads anything, harmlessly.
+    // A slab that had no previous life reads anything, harmlessly. After the state's load, so
+    // that the two overlap.
     atomic(m.remaining).load(acquire);
-    std::uint32_t const gen = (state_gen(atomic(m.state).load(relaxed)) + 1) & 0xffffffu;
+    std::uint32_t const gen = (state_gen(state) + 1) & 0xffffffu;
     if (checked()) {
       std::uint64_t* bits = check_bits(id);
       std::uint32_t const words = (class_capacity(cls) + 63) / 64;

@@ -45,7 +45,9 @@ namespace detail::heap {
 template <class Group>
 __device__ void* broadcast(Group const& g, void* value) {
   if constexpr (requires { g.shfl(value, 0u); }) {
-    return g.shfl(value, 0u);
+    value = g.shfl(value, 0u);
+    g.sync();  // a shuffle orders no memory: the first thread's allocation happens before any use
+    return value;
   } else {
     __shared__ void* slot;  // one per block: a block-wide group is the only user
     if (g.thread_rank() == 0) {

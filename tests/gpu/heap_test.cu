@@ -225,8 +225,7 @@ TEST_CASE("2^22 threads, mixed sizes and 4 KiB: no overlap, all returned", "[hea
 TEST_CASE("large classes and runs of slabs from kernels", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 9 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 8 * gib}};
-  // First one block of half the heap, while the heap is in one piece: free runs are not merged
-  // again, so a run this long exists only before the heap is cut into shorter ones.
+  // First one block of half the heap, while the heap is in one piece, then again from its stack.
   block_table one{1};
   allocate_verify_free(heap, one, 4 * gib, 16);
   allocate_verify_free(heap, one, 4 * gib, 16);  // the same run again, from its free stack
@@ -298,6 +297,34 @@ TEST_CASE("out-of-memory storms return nullptr, count it, and recover after free
   // After the storm, a full heap's worth succeeds again, in another class.
   block_table half{(128u * 1024 * 1024) / 4096};
   allocate_verify_free(heap, half, 4096, 16);
+}
+
+TEST_CASE("slabs emptied by small blocks merge again: one block as large as the heap",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};
+  // Twice the heap in 4 KiB blocks: every slab is taken, and every one that a slot holds is
+  // used up, by its own warps or by failing ones that steal its last blocks.
+  block_table table{(512u * 1024 * 1024) / 4096};
+  for (int round = 0; round < 2; ++round) {
+    allocate_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n, 4096, 16);
+    auto const r = table.verify(16);
+    CHECK(r.bad == 0);
+    CHECK(r.overlaps == 0);
+    CHECK(r.null == table.n / 2);
+    free_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    // Each slab was emptied on its own; together they make one run of the whole heap (taken
+    // from a kernel), then half-heap blocks from the host side of the ref.
+    block_table whole{1};
+    allocate_verify_free(heap, whole, heap.capacity(), 16);
+    void* halves[2] = {heap.ref().allocate(heap.capacity() / 2),
+                       heap.ref().allocate(heap.capacity() / 2)};
+    CHECK(heap.stats().blocks_in_use == 2);
+    heap.ref().deallocate(halves[0], heap.capacity() / 2);
+    heap.ref().deallocate(halves[1], heap.capacity() / 2);
+    CHECK(heap.stats().blocks_in_use == 0);
+  }
 }
 
 namespace {

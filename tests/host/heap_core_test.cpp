@@ -244,6 +244,34 @@ TEST_CASE("out of memory returns nothing, counts nothing lost, and recovers afte
   CHECK(core.claim(0, 0, 32, 0).count == 32);
 }
 
+TEST_CASE("slabs emptied by small blocks come back as long runs", "[heap][core]") {
+  host_heap heap{{20, 12}, false};
+  auto core = heap.core();
+  std::vector<void*> small;
+  for (claim_result got = core.claim(8, 0, 32, 0); got.count != 0; got = core.claim(8, 0, 32, 0)) {
+    for (std::uint32_t i = 0; i < got.count; ++i) {
+      small.push_back(got.first + i * 4096);
+    }
+  }
+  REQUIRE(small.size() == heap.total_slabs() * class_capacity(8));  // every slab, none fresh
+  for (void* p : small) {
+    core.free_one(p, 0);
+  }
+  // Every slab is empty, each marked on its own: a block as long as each arena is found.
+  void* whole[2] = {core.allocate_large(20 * slab_bytes, 0),
+                    core.allocate_large(12 * slab_bytes, 0)};
+  CHECK(whole[0] != nullptr);
+  CHECK(whole[1] != nullptr);
+  CHECK(core.allocate_large(slab_bytes, 0) == nullptr);
+  for (void* p : whole) {
+    core.free_one(p, 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  // And back to small blocks, then to runs again.
+  CHECK(core.claim(0, 0, 32, 0).count == 32);
+  CHECK(core.allocate_large(16 * slab_bytes, 0) != nullptr);
+}
+
 TEST_CASE("a full heap finds the slabs emptied anywhere in its bitmaps", "[heap][core]") {
   host_heap heap{{70, 200}, false};  // bitmaps of 2 and 4 words
   auto core = heap.core();
@@ -380,13 +408,16 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
 namespace {
 
 /// Each thread claims groups of blocks (like a warp's aggregated claim) of random classes, large
-/// blocks now and then, tags them and frees random ones; returns the number of failures seen.
+/// blocks of up to `large_slabs` slabs one time in `large_one_in`, tags them and frees random
+/// ones; returns the number of failures seen.
 void churn(host_heap& heap,
            granule_table& granules,
            unsigned thread,
            int operations,
            std::atomic<int>& errors,
-           std::atomic<std::uint64_t>& handed_out) {
+           std::atomic<std::uint64_t>& handed_out,
+           unsigned large_one_in,
+           unsigned large_slabs) {
   auto core = heap.core();
   std::mt19937 random{thread * 7919u + 1};
   std::vector<std::pair<live_block, std::size_t>> live;
@@ -407,8 +438,8 @@ void churn(host_heap& heap,
       give_back(random() % live.size());
       continue;
     }
-    if (random() % 512 == 0) {
-      std::size_t const bytes = max_small_bytes + 1 + random() % (3 * slab_bytes);
+    if (random() % large_one_in == 0) {
+      std::size_t const bytes = max_small_bytes + 1 + random() % ((large_slabs - 1) * slab_bytes);
       void* p = core.allocate_large(bytes, thread);
       if (p != nullptr) {
         if (!granules.take(p)) {
@@ -457,7 +488,7 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back(churn, std::ref(heap), std::ref(granules), t, operations, std::ref(errors),
-                      std::ref(handed_out));
+                      std::ref(handed_out), 512u, 4u);
   }
   for (auto& t : pool) {
     t.join();
@@ -483,6 +514,41 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
   }
   CHECK(runs.size() + held_by_slots >= heap.total_slabs() - num_classes);
   CHECK(runs.size() + held_by_slots <= heap.total_slabs());
+}
+
+TEST_CASE("large blocks among small ones find runs gathered from emptied slabs and freed pieces",
+          "[heap][core][threads]") {
+  unsigned const threads = std::max(8u, std::thread::hardware_concurrency());
+  // Large blocks of up to 8 slabs ask for more than the heap holds, small ones keep emptying
+  // slabs: once the fresh slabs are gone, long runs come only from merged free slabs.
+  host_heap heap{{72, 40}, false};
+  granule_table granules{heap};
+  std::atomic<int> errors{0};
+  std::atomic<std::uint64_t> handed_out{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back(churn, std::ref(heap), std::ref(granules), t, 100000, std::ref(errors),
+                      std::ref(handed_out), 8u, 8u);
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+  CHECK(errors == 0);
+  CHECK(heap.blocks_in_use() == 0);
+  // Every slab is free again and free slabs merge: runs of 8 cover the heap but for the slabs
+  // that slots hold as current ones (each spoils at most one run) and the arenas' ends.
+  auto core = heap.core();
+  std::uint64_t runs = 0;
+  while (core.allocate_large(8 * slab_bytes, 0) != nullptr) {
+    ++runs;
+  }
+  std::uint64_t held_by_slots = 0;
+  for (auto const& cls : heap.header().slots) {
+    for (std::uint64_t slot : cls) {
+      held_by_slots += slot != empty_slot ? 1 : 0;
+    }
+  }
+  CHECK(runs * 8 + held_by_slots * 8 + 2 * 7 >= heap.total_slabs());
 }
 
 TEST_CASE("slabs installed by waiters that gave up, and stale slots, never hand a block out twice",

@@ -17,7 +17,8 @@
 #endif
 
 /// Keeps a slow path out of line: one copy per kernel instead of one per call site. (It does not
-/// lower a kernel's register count: that covers everything the kernel may call.)
+/// lower a kernel's register count: that covers everything the kernel may call, and a called
+/// function gets registers above those its callers hold live at the call.)
 #if defined(__CUDACC__)
 #define DEVMR_NOINLINE __noinline__
 #else
@@ -33,4 +34,12 @@
 #define DEVMR_IS_DEVICE_CODE 1
 #else
 #define DEVMR_IS_DEVICE_CODE 0
+#endif
+
+/// Keeps the loop that follows rolled in device code: slow paths whose unrolled, interleaved
+/// iterations would raise the register count of every kernel that may call them.
+#if defined(__CUDA_ARCH__)
+#define DEVMR_ROLLED _Pragma("unroll 1")
+#else
+#define DEVMR_ROLLED
 #endif

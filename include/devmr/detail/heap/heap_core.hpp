@@ -23,8 +23,10 @@
 //    exchange): the search keeps one slab and pushes the others on its own stack, where its SM's
 //    next searches find them.
 //  - Large blocks are whole runs of slabs, from the stacks of runs (by floor(log2(length))), the
-//    frontier, or split from a longer run. Free runs are not merged again (reset() restores the
-//    whole heap), so long runs are best taken early.
+//    frontier, or split from a longer run. When none is long enough, the search gathers: it looks
+//    for enough marks in a row in the bitmaps, first as they are, then after marking there every
+//    run and slab resting on a stack. So slabs that small blocks emptied, and runs freed in
+//    pieces, merge into long runs again.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/bits.hpp>
@@ -247,7 +249,13 @@ class heap_core {
     if (slabs > max_slabs_per_arena) {
       return nullptr;
     }
-    std::uint32_t const id = acquire_run(static_cast<std::uint32_t>(slabs), hint);
+    std::uint32_t id = acquire_run(static_cast<std::uint32_t>(slabs), hint);
+    if (id == no_slab && slabs > 1) {
+      // Called here, not in acquire_run: ptxas gives a called function registers above those
+      // its callers hold at the call, and few are live here. (Inside acquire_run, this search
+      // raised every allocating kernel from 64 registers to 99.)
+      id = gather_run(static_cast<std::uint32_t>(slabs));
+    }
     if (id == no_slab) {
       return nullptr;
     }
@@ -395,6 +403,141 @@ class heap_core {
       id = pop_run(fits - 1, slabs, hint);
     }
     return id;
+  }
+
+  /// The last resort of a search for `slabs` (> 1) contiguous slabs: they are looked for among
+  /// the marks of the bitmaps of empty slabs; if there are not so many in a row, every free run
+  /// and slab resting on a stack is marked there too, and the bitmaps are searched again. So the
+  /// slabs that small blocks emptied come back as long runs, and runs cut into pieces merge.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t gather_run(std::uint32_t slabs) const {
+    std::uint32_t id = find_marked_run(slabs);
+    if (id == no_slab && drain_stacks()) {
+      id = find_marked_run(slabs);
+    }
+    return id;
+  }
+
+  /// Takes the first `slabs` marks in a row in any arena's bitmap; no_slab when there are none.
+  /// The summaries skip bare stretches of 64 words.
+  DEVMR_HOST_DEVICE std::uint32_t find_marked_run(std::uint32_t slabs) const {
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    DEVMR_ROLLED for (std::uint32_t a = 0; a < arenas; ++a) {
+      std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
+      auto const words = static_cast<std::uint32_t>(bitmap_words(a));
+      std::uint32_t start = 0;  // the row of marks seen last: its first slab and its length
+      std::uint32_t length = 0;
+      DEVMR_ROLLED for (std::uint32_t w = 0; w < words; ++w) {
+        if (w % 64 == 0 && atomic(bits[words + w / 64]).load(relaxed) == 0) {
+          length = 0;
+          w += 63;  // 64 bare words
+          continue;
+        }
+        std::uint64_t const marks = atomic(bits[w]).load(relaxed);
+        DEVMR_ROLLED for (unsigned b = 0; b < 64;) {
+          std::uint64_t const rest = marks >> b;
+          if ((rest & 1) == 0) {
+            length = 0;
+            b += rest == 0 ? 64 - b : static_cast<unsigned>(cuda::std::countr_zero(rest));
+            continue;
+          }
+          auto const ones = static_cast<unsigned>(cuda::std::countr_one(rest));
+          if (length == 0) {
+            start = w * 64 + b;
+          }
+          length += ones;
+          b += ones;
+          if (length >= slabs) {
+            if (take_marked_run(make_slab_id(a, start), slabs)) {
+              return make_slab_id(a, start);
+            }
+            length = 0;  // taken by others meanwhile: look on
+          }
+        }
+      }
+    }
+    return no_slab;
+  }
+
+  /// Clears the marks of slabs [id, id + slabs) if they are all set, word by word; puts back the
+  /// ones it cleared when one is gone. Counted in flight meanwhile (see acquire_run).
+  DEVMR_HOST_DEVICE bool take_marked_run(std::uint32_t id, std::uint32_t slabs) const {
+    std::uint64_t* const bits = read_only(h_->arenas[arena_of(id)].empty_bits);
+    std::uint32_t const first = index_of(id);
+    std::uint32_t const end = first + slabs;
+    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    std::uint32_t w = first / 64;
+    bool taken = true;
+    DEVMR_ROLLED for (; w * 64 < end && taken; ++w) {
+      std::uint64_t const mask = marks_between(w, first, end);
+      auto word = atomic(bits[w]);
+      std::uint64_t seen = word.load(relaxed);
+      // acq_rel: pairs with the release of the marks, as take_word's exchange does.
+      while ((seen & mask) == mask && !word.compare_exchange_weak(seen, seen & ~mask, acq_rel)) {
+      }
+      taken = (seen & mask) == mask;
+    }
+    if (!taken) {  // words [first / 64, w - 1) were cleared: put their marks back
+      DEVMR_ROLLED for (std::uint32_t u = first / 64; u + 1 < w; ++u) {
+        mark(arena_of(id), u, marks_between(u, first, end));
+      }
+      atomic(h_->runs_returned.value).fetch_add(1, release);
+    }
+    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
+    if (taken) {
+      // acquire: a slab that small blocks emptied was marked by the free of its last block,
+      // which did not acquire the others (see free_blocks): reading the count they left, as
+      // format_small does, orders all of them before the run's use.
+      DEVMR_ROLLED for (std::uint32_t i = 0; i < slabs; ++i) {
+        atomic(meta(id + i).remaining).load(relaxed);
+      }
+      cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
+      mark_body(id, slabs);
+    }
+    return taken;
+  }
+
+  /// The bits of bitmap word `w` that stand for slabs [first, end).
+  DEVMR_HOST_DEVICE static std::uint64_t marks_between(std::uint32_t w,
+                                                       std::uint32_t first,
+                                                       std::uint32_t end) {
+    std::uint32_t const low = first > w * 64 ? first - w * 64 : 0;
+    std::uint32_t const high = end < w * 64 + 64 ? end - w * 64 : 64;
+    std::uint64_t const below_high =
+        high == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << high) - 1;
+    return below_high & ~((std::uint64_t{1} << low) - 1);
+  }
+
+  /// Moves every free run and slab resting on a stack into the bitmaps; true when there was one.
+  /// Counted in flight meanwhile.
+  DEVMR_HOST_DEVICE bool drain_stacks() const {
+    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    bool moved = false;
+    // The stacks of runs, whose heads know their length, then the shards of single slabs (some
+    // of them body slabs of former runs, whose length fields mean nothing).
+    DEVMR_ROLLED for (unsigned i = 1; i < run_classes + slab_shards; ++i) {
+      bool const runs = i < run_classes;
+      std::uint64_t& word = runs ? h_->free_runs[i] : shard_head(i - run_classes);
+      if (static_cast<std::uint32_t>(atomic(word).load(relaxed)) == no_slab) {
+        continue;
+      }
+      DEVMR_ROLLED for (std::uint32_t id = pop(word); id != no_slab; id = pop(word)) {
+        mark_slabs(id, runs ? atomic(meta(id).length).load(relaxed) : 1);
+        moved = true;
+      }
+    }
+    if (moved) {
+      atomic(h_->runs_returned.value).fetch_add(1, release);
+    }
+    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
+    return moved;
+  }
+
+  /// Marks slabs [id, id + slabs) empty.
+  DEVMR_HOST_DEVICE void mark_slabs(std::uint32_t id, std::uint32_t slabs) const {
+    std::uint32_t const first = index_of(id);
+    DEVMR_ROLLED for (std::uint32_t w = first / 64; w * 64 < first + slabs; ++w) {
+      mark(arena_of(id), w, marks_between(w, first, first + slabs));
+    }
   }
 
   /// Pops a run from stack `cls` and cuts `slabs` slabs off it (the rest goes back), or puts it
@@ -675,14 +818,17 @@ class heap_core {
   /// bit set, or a search that cleared it sets it again), so that the summary words, which
   /// stand for 4096 slabs each, do not take one atomic per emptied slab.
   DEVMR_HOST_DEVICE void mark_empty(std::uint32_t id) const {
-    std::uint32_t const index = index_of(id);
-    std::uint64_t* const bits = read_only(h_->arenas[arena_of(id)].empty_bits);
-    // release: orders the caller's subtraction before the mark, so that whoever takes the mark
-    // and formats the slab reads the count it left (see format_small).
-    if (atomic(bits[index / 64]).fetch_or(std::uint64_t{1} << (index % 64), release) == 0) {
+    mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64));
+  }
+
+  /// Sets `marks` in word `w` of arena `a`'s bitmap (and the word's summary bit, if it was bare).
+  DEVMR_HOST_DEVICE void mark(std::uint32_t a, std::uint64_t w, std::uint64_t marks) const {
+    std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
+    // release: orders the caller's subtraction (or pop) before the mark, so that whoever takes
+    // the mark and formats the slab reads the count it left (see format_small).
+    if (atomic(bits[w]).fetch_or(marks, release) == 0) {
       // release: whoever sees the summary bit sees the mark.
-      atomic(bits[bitmap_words(arena_of(id)) + index / 4096])
-          .fetch_or(std::uint64_t{1} << (index / 64 % 64), release);
+      atomic(bits[bitmap_words(a) + w / 64]).fetch_or(std::uint64_t{1} << (w % 64), release);
     }
   }
 

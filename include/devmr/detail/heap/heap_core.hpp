@@ -411,10 +411,48 @@ class heap_core {
   /// slabs that small blocks emptied come back as long runs, and runs cut into pieces merge.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t gather_run(std::uint32_t slabs) const {
     std::uint32_t id = find_marked_run(slabs);
-    if (id == no_slab && drain_stacks()) {
+    if (id == no_slab && mark_all_free()) {
+      id = find_marked_run(slabs);
+    }
+    if (id == no_slab && close_slots()) {
       id = find_marked_run(slabs);
     }
     return id;
+  }
+
+  /// Empties every slot that holds a slab, and ends the claims on the slab (the slot takes
+  /// another on its next claim): its unclaimed blocks are given back, so a slab whose claimed
+  /// blocks are all free is marked empty at once. True when a slot held one.
+  DEVMR_HOST_DEVICE bool close_slots() const {
+    std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+    bool closed = false;
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * slots; ++i) {
+      auto slot_word = atomic(h_->slots[i / slots][i % slots]);
+      std::uint64_t seen = slot_word.load(relaxed);
+      if (seen < installing_slot &&
+          slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed)) {
+        close_current(seen, i / slots);
+        closed = true;
+      }
+    }
+    return closed;
+  }
+
+  /// Ends the claims on the slab that slot value `seen` of class `cls` named, if the slab is
+  /// still in that life and has unclaimed blocks: they are given back. (It may have been used
+  /// up, emptied and formatted again since: the generation in its state word tells.)
+  DEVMR_HOST_DEVICE void close_current(std::uint64_t seen, unsigned cls) const {
+    slab_meta& m = meta(slot_id(seen));
+    std::uint32_t const capacity = class_capacity(cls);
+    std::uint64_t state = atomic(m.state).load(relaxed);
+    while (state_gen(state) == slot_gen(seen) && state_tag(state) == cls &&
+           state_count(state) < capacity) {
+      std::uint32_t const unclaimed = capacity - state_count(state);
+      if (atomic(m.state).compare_exchange_weak(state, state + unclaimed, relaxed, relaxed)) {
+        free_blocks(slot_id(seen), unclaimed, 0, arena(0));
+        return;
+      }
+    }
   }
 
   /// Takes the first `slabs` marks in a row in any arena's bitmap; no_slab when there are none.
@@ -491,7 +529,12 @@ class heap_core {
         atomic(meta(id + i).remaining).load(relaxed);
       }
       cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
-      mark_body(id, slabs);
+      // The body's slabs, unlike fresh ones, had lives: their generations go on, so that a slot
+      // that still names one from an earlier life cannot mistake a later one for it.
+      DEVMR_ROLLED for (std::uint32_t i = 1; i < slabs; ++i) {
+        auto state = atomic(meta(id + i).state);
+        state.store(make_state(state_gen(state.load(relaxed)), tag_body, sentinel_count), relaxed);
+      }
     }
     return taken;
   }
@@ -507,9 +550,9 @@ class heap_core {
     return below_high & ~((std::uint64_t{1} << low) - 1);
   }
 
-  /// Moves every free run and slab resting on a stack into the bitmaps; true when there was one.
-  /// Counted in flight meanwhile.
-  DEVMR_HOST_DEVICE bool drain_stacks() const {
+  /// Marks in the bitmaps every free run and slab resting on a stack, and the fresh slabs of every
+  /// arena (the frontiers move to the ends); true when there was one. Counted in flight meanwhile.
+  DEVMR_HOST_DEVICE bool mark_all_free() const {
     atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
     bool moved = false;
     // The stacks of runs, whose heads know their length, then the shards of single slabs (some
@@ -522,6 +565,24 @@ class heap_core {
       }
       DEVMR_ROLLED for (std::uint32_t id = pop(word); id != no_slab; id = pop(word)) {
         mark_slabs(id, runs ? atomic(meta(id).length).load(relaxed) : 1);
+        moved = true;
+      }
+    }
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    DEVMR_ROLLED for (std::uint32_t a = 0; a < arenas; ++a) {
+      auto const size = static_cast<std::uint32_t>(read_only(h_->arenas[a].slabs));
+      if (atomic(h_->frontier[a]).load(relaxed) >= size) {
+        continue;
+      }
+      std::uint64_t const first = atomic(h_->frontier[a]).exchange(size, relaxed);
+      if (first < size) {
+        // Not formatted since the heap began (or was reset): a body slab's state is neutral for
+        // whoever takes it, and for the statistics, which now scan them.
+        std::uint32_t const id = make_slab_id(a, static_cast<std::uint32_t>(first));
+        auto const slabs = static_cast<std::uint32_t>(size - first);
+        atomic(meta(id).state).store(make_state(0, tag_body, sentinel_count), relaxed);
+        mark_body(id, slabs);
+        mark_slabs(id, slabs);
         moved = true;
       }
     }
@@ -858,7 +919,8 @@ class heap_core {
     return no_slab;
   }
 
-  /// Marks the slabs after the first of a fresh run as its body (for statistics scans).
+  /// Marks the slabs after the first of a fresh run as its body (for statistics scans). Fresh
+  /// slabs were in no slot since the heap began (or was reset): their generations may restart.
   DEVMR_HOST_DEVICE void mark_body(std::uint32_t id, std::uint32_t slabs) const {
     for (std::uint32_t i = 1; i < slabs; ++i) {
       atomic(meta(id + i).state).store(make_state(0, tag_body, sentinel_count), relaxed);

@@ -38,9 +38,15 @@ __host__ __device__ std::uint32_t mix(std::uint32_t x) {
   return x;
 }
 
+/// A `fixed` size for size_of: mixed small sizes, and one block in 16 of 1 to 4 MiB (and a bit).
+constexpr std::size_t mixed_and_runs = 1;
+
 /// Size of thread i's block: `fixed`, or mixed (16 << (hash % 9)) when fixed is 0.
 __host__ __device__ std::size_t size_of(std::size_t fixed, std::uint32_t i) {
-  return fixed != 0 ? fixed : std::size_t{16} << (mix(i) % 9);
+  if (fixed == mixed_and_runs && mix(i) % 16 == 0) {
+    return (std::size_t{1} + mix(i + 1) % 4) * mib + mix(i + 2) % 4096;
+  }
+  return fixed > mixed_and_runs ? fixed : std::size_t{16} << (mix(i) % 9);
 }
 
 /// Offset of the last whole 4-byte word of a block of `bytes` (>= 4) bytes.
@@ -329,6 +335,29 @@ TEST_CASE("free slabs merge again: one block as large as the heap", "[heap][gpu]
     allocate_verify_free(heap, mixed, 0, 16);
   }
   CHECK(heap.stats().blocks_in_use == 0);
+}
+
+TEST_CASE("runs and small blocks from one kernel in a tight heap: no overlap, all merge back",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};
+  // About 2^11 runs of 1 to 5 slabs ask for ten times the heap; the small blocks find room
+  // between them, and failed runs gather free slabs while the kernel runs.
+  block_table table{1u << 15};
+  for (int round = 0; round < 4; ++round) {
+    allocate_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n,
+                                        mixed_and_runs, 16);
+    auto const r = table.verify(16);
+    CHECK(r.bad == 0);
+    CHECK(r.overlaps == 0);
+    CHECK(r.null > 0);
+    CHECK(heap.stats().blocks_in_use == table.n - r.null);
+    free_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(heap.stats().blocks_in_use == 0);
+  }
+  block_table whole{1};
+  allocate_verify_free(heap, whole, heap.capacity(), 16);
 }
 
 namespace {

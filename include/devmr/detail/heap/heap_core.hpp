@@ -420,18 +420,30 @@ class heap_core {
     return id;
   }
 
-  /// Empties every slot that holds a slab, and ends the claims on the slab (the slot takes
-  /// another on its next claim): its unclaimed blocks are given back, so a slab whose claimed
-  /// blocks are all free is marked empty at once. True when a slot held one.
+  /// Gives up the slabs that slots hold as current ones with every claimed block free: the slot
+  /// is emptied (it takes another slab on its next claim) and the slab's claims end, so that it
+  /// is marked empty at once. Slabs with live blocks stay: closing them would free nothing now.
+  /// True when a slot gave one up.
   DEVMR_HOST_DEVICE bool close_slots() const {
     std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
     bool closed = false;
     DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * slots; ++i) {
-      auto slot_word = atomic(h_->slots[i / slots][i % slots]);
+      unsigned const cls = i / slots;
+      auto slot_word = atomic(h_->slots[cls][i % slots]);
       std::uint64_t seen = slot_word.load(relaxed);
-      if (seen < installing_slot &&
-          slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed)) {
-        close_current(seen, i / slots);
+      if (seen >= installing_slot) {
+        continue;
+      }
+      slab_meta& m = meta(slot_id(seen));
+      std::uint64_t const state = atomic(m.state).load(relaxed);
+      std::uint32_t const capacity = class_capacity(cls);
+      if (state_gen(state) != slot_gen(seen) || state_tag(state) != cls ||
+          state_count(state) >= capacity ||
+          atomic(m.remaining).load(relaxed) != capacity - state_count(state)) {
+        continue;  // another life, used up (it recycles itself), or blocks still live
+      }
+      if (slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed)) {
+        close_current(seen, cls);
         closed = true;
       }
     }

@@ -911,7 +911,9 @@ class heap_core {
     for (std::uint32_t a = 0; a < arenas; ++a) {
       std::uint64_t const size = read_only(h_->arenas[a].slabs);
       auto frontier = atomic(h_->frontier[a]);
-      if (frontier.load(relaxed) + slabs > size) {
+      // A single slab is tried without a look first (one round trip less on every install):
+      // past the end, the frontier only grows.
+      if (slabs > 1 && frontier.load(relaxed) + slabs > size) {
         continue;
       }
       std::uint64_t const first = frontier.fetch_add(slabs, relaxed);
@@ -995,8 +997,14 @@ class heap_core {
   /// Pops a free run from the stack with head `word`, or no_slab.
   DEVMR_HOST_DEVICE std::uint32_t pop(std::uint64_t& word) const {
     auto head = atomic(word);
+    // An empty stack (as every stack of a fresh heap is) needs no acquire, which would empty the
+    // SM's L1 cache and make the loads after it round trips.
+    std::uint64_t top = head.load(relaxed);
+    if (static_cast<std::uint32_t>(top) == no_slab) {
+      return no_slab;
+    }
     // acquire: pairs with the push's release, so the run's metadata is read as pushed.
-    std::uint64_t top = head.load(acquire);
+    cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
     while (static_cast<std::uint32_t>(top) != no_slab) {
       auto const id = static_cast<std::uint32_t>(top);
       // Another thread may pop and reuse `id` meanwhile: then `next` is garbage, but the tag in

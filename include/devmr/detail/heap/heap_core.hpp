@@ -10,9 +10,9 @@
 //    own. Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
 //  - When a slot's slab runs out, one thread (the one whose claim emptied it, or the first to
 //    swap in `installing_slot`) installs the next; the others wait for it, but only for a bounded
-//    time (~300 us on the device), then install a slab themselves. No thread ever waits without
-//    bound on another: every other wait is a CAS retry that fails only because another thread
-//    made progress.
+//    time (~300 us on the device), then one of them takes the installation over (and the others
+//    wait for that one). No thread ever waits without bound on another: every other wait is a
+//    CAS retry that fails only because another thread made progress.
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
 //    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
 //    atomic OR nobody waits for), a large run goes back on a free stack.
@@ -162,7 +162,7 @@ class heap_core {
     auto slot_word = atomic(h_->slots[cls][slot]);
     std::uint64_t seen = slot_word.load(relaxed);
     for (;;) {
-      if (seen < installing_slot) {
+      if (seen < installing_min) {
         bool exhausted = false;
         claim_result const got = claim_from(slot_id(seen), cls, want, exhausted, first);
         if (got.count != 0) {
@@ -174,11 +174,14 @@ class heap_core {
       }
       // The slot is empty, exhausted, or being refilled. One thread installs the next slab (it
       // swaps in installing_slot); the others wait for it, but never without bound: after a
-      // while they install a slab themselves, so a descheduled installer holds nobody up.
-      if (seen == installing_slot) {
-        seen = wait_for_install(slot_word);
-        if (seen != installing_slot) {
-          continue;
+      // while one of them takes the installation over, so a descheduled installer holds nobody
+      // up, and the others wait for that one.
+      if (is_installing(seen)) {
+        std::uint64_t const waited = seen;
+        seen = wait_for_install(slot_word, waited);
+        if (seen != waited ||
+            !slot_word.compare_exchange_strong(seen, next_installer(waited), relaxed, relaxed)) {
+          continue;  // installed, or taken over by another waiter: look again
         }
       } else if (!slot_word.compare_exchange_strong(seen, installing_slot, relaxed, relaxed)) {
         continue;  // the slot changed under us: `seen` holds its new value
@@ -187,20 +190,17 @@ class heap_core {
       if (id == no_slab) {
         // Out of slabs: leave the slot empty, so that later claims go straight to the (failing)
         // search instead of waiting, then look for room in the other slots' slabs.
-        std::uint64_t expected = installing_slot;
-        slot_word.compare_exchange_strong(expected, empty_slot, relaxed, relaxed);
+        publish(slot_word, empty_slot);
         return steal(cls, slot, want);
       }
       std::uint32_t const capacity = class_capacity(cls);
       std::uint32_t const take = want < capacity ? want : capacity;
       std::byte* const slab = data(id);  // loaded beside format_small's loads
       std::uint32_t const gen = format_small(id, cls, take);
-      std::uint64_t expected = installing_slot;
-      // release: publishes the formatted slab to the threads that read the slot.
-      if (!slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
-        // A waiter that gave up on us installed a slab first. Ours is still ours to use, but it
-        // cannot go back to a stack: threads holding an old slot value for it (from an earlier
-        // life) may have claimed blocks of it since we formatted it.
+      if (!publish(slot_word, make_slot(gen, id))) {
+        // Another installer published first. Ours is still ours to use, but it cannot go back
+        // to a stack: threads holding an old slot value for it (from an earlier life) may have
+        // claimed blocks of it since we formatted it.
         close(id, cls, hint);
       }
       return {slab, take};
@@ -431,7 +431,7 @@ class heap_core {
       unsigned const cls = i / slots;
       auto slot_word = atomic(h_->slots[cls][i % slots]);
       std::uint64_t seen = slot_word.load(relaxed);
-      if (seen >= installing_slot) {
+      if (seen >= installing_min) {
         continue;
       }
       slab_meta& m = meta(slot_id(seen));
@@ -680,7 +680,7 @@ class heap_core {
     arena_view const first = arena(0);
     for (std::uint32_t s = 0; s < slots; ++s) {
       std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
-      if (w >= installing_slot) {  // empty, or its next slab is on the way: nothing to take
+      if (w >= installing_min) {  // empty, or its next slab is on the way: nothing to take
         continue;
       }
       std::uint64_t const state = atomic(meta(slot_id(w)).state).load(relaxed);
@@ -707,26 +707,41 @@ class heap_core {
       return;  // someone else is on it, or did it
     }
     std::uint32_t const id = acquire_run(1, hint);
-    std::uint64_t expected = installing_slot;
     if (id == no_slab) {
-      slot_word.compare_exchange_strong(expected, empty_slot, relaxed, relaxed);
+      publish(slot_word, empty_slot);
       return;
     }
     std::uint32_t const gen = format_small(id, cls, 0);
-    // release: publishes the formatted slab.
-    if (!slot_word.compare_exchange_strong(expected, make_slot(gen, id), release, relaxed)) {
+    if (!publish(slot_word, make_slot(gen, id))) {
       close(id, cls, hint);  // see claim(): stale claims may have reached it already
     }
   }
 
-  /// Waits a bounded time for the thread installing a slab in this slot; returns what the slot
-  /// holds then (still installing_slot if it took too long).
+  /// Ends an installation: replaces the installing value in the slot with `value` (a formatted
+  /// slab, or empty_slot). Any installing value will do, not only the one this thread swapped
+  /// in: a waiter may have taken the installation over meanwhile, and whichever of the two
+  /// publishes first wins. False when the slot holds a slab already.
+  DEVMR_HOST_DEVICE static bool publish(
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word, std::uint64_t value) {
+    std::uint64_t expected = installing_slot;
+    // release: publishes the formatted slab to the threads that read the slot.
+    while (!slot_word.compare_exchange_strong(expected, value, release, relaxed)) {
+      if (!is_installing(expected)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /// Waits a bounded time for the thread installing a slab in this slot (the slot holds
+  /// `installing`); returns what the slot holds then (still `installing` if it took too long).
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
-      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word) {
-    std::uint64_t seen = installing_slot;
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
+      std::uint64_t installing) {
+    std::uint64_t seen = installing;
     // Host threads (tests of this core) give up soon, so that the give-up path runs often.
     unsigned const rounds = DEVMR_IS_DEVICE_CODE ? 320 : 4;
-    for (unsigned round = 0; round < rounds && seen == installing_slot; ++round) {
+    for (unsigned round = 0; round < rounds && seen == installing; ++round) {
 #if DEVMR_IS_DEVICE_CODE
       __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~300 us in all
 #else

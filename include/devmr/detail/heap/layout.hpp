@@ -91,8 +91,21 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
 /// Comparing the whole word in a CAS keeps a thread that saw an old generation from replacing a
 /// slab that was recycled and installed again since.
 inline constexpr std::uint64_t empty_slot = ~std::uint64_t{0};
-/// A slot whose next slab one thread is installing; others wait for it, for a bounded time.
+/// Slot values from `installing_min` to `installing_slot` say that one thread is installing the
+/// slot's next slab; others wait for it, for a bounded time. A waiter that waited too long takes
+/// the installation over by swapping in the next value (they count down), and the others wait
+/// for it in turn: a stalled installer costs one slab more, not one per waiting warp.
 inline constexpr std::uint64_t installing_slot = empty_slot - 1;
+inline constexpr std::uint64_t installing_min = installing_slot - ((std::uint64_t{1} << 20) - 1);
+static_assert(installing_min > (std::uint64_t{0xffffffu} << 32 | 0xffffffffu));  // above any slab
+
+DEVMR_HOST_DEVICE constexpr bool is_installing(std::uint64_t w) {
+  return w >= installing_min && w != empty_slot;
+}
+/// The value that takes over an installation from `w` (itself one).
+DEVMR_HOST_DEVICE constexpr std::uint64_t next_installer(std::uint64_t w) {
+  return w == installing_min ? installing_slot : w - 1;
+}
 
 DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t gen, std::uint32_t id) {
   return (std::uint64_t{gen & 0xffffffu} << 32) | id;

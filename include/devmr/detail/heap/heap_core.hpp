@@ -514,7 +514,7 @@ class heap_core {
     std::uint64_t* const bits = read_only(h_->arenas[arena_of(id)].empty_bits);
     std::uint32_t const first = index_of(id);
     std::uint32_t const end = first + slabs;
-    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    begin_in_flight();
     std::uint32_t w = first / 64;
     bool taken = true;
     DEVMR_ROLLED for (; w * 64 < end && taken; ++w) {
@@ -530,9 +530,8 @@ class heap_core {
       DEVMR_ROLLED for (std::uint32_t u = first / 64; u + 1 < w; ++u) {
         mark(arena_of(id), u, marks_between(u, first, end));
       }
-      atomic(h_->runs_returned.value).fetch_add(1, release);
     }
-    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
+    end_in_flight(!taken);
     if (taken) {
       // acquire: a slab that small blocks emptied was marked by the free of its last block,
       // which did not acquire the others (see free_blocks): reading the count they left, as
@@ -565,7 +564,7 @@ class heap_core {
   /// Marks in the bitmaps every free run and slab resting on a stack, and the fresh slabs of every
   /// arena (the frontiers move to the ends); true when there was one. Counted in flight meanwhile.
   DEVMR_HOST_DEVICE bool mark_all_free() const {
-    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    begin_in_flight();
     bool moved = false;
     // The stacks of runs, whose heads know their length, then the shards of single slabs (some
     // of them body slabs of former runs, whose length fields mean nothing).
@@ -598,10 +597,7 @@ class heap_core {
         moved = true;
       }
     }
-    if (moved) {
-      atomic(h_->runs_returned.value).fetch_add(1, release);
-    }
-    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
+    end_in_flight(moved);
     return moved;
   }
 
@@ -619,8 +615,7 @@ class heap_core {
     if (static_cast<std::uint32_t>(atomic(h_->free_runs[cls]).load(relaxed)) == no_slab) {
       return no_slab;  // cheap look first: most stacks are empty most of the time
     }
-    // acq_rel: a searcher that sees the run gone (the pop's release) also sees this count.
-    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+    begin_in_flight();
     std::uint32_t id = pop(h_->free_runs[cls]);
     bool pushed_back = false;
     if (id != no_slab) {
@@ -634,12 +629,25 @@ class heap_core {
         pushed_back = true;
       }
     }
-    if (pushed_back) {
+    end_in_flight(pushed_back);
+    return id;
+  }
+
+  /// Counts free memory as off every stack and bitmap for a moment (a run being split, a bitmap
+  /// word or a row of marks being taken, stacks being moved into the bitmaps): a search that
+  /// finds nothing meanwhile looks again (see acquire_run).
+  DEVMR_HOST_DEVICE void begin_in_flight() const {
+    // acq_rel: a searcher that sees the memory gone (the release of its taking) sees the count.
+    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
+  }
+  /// Ends what begin_in_flight began; `returned`: some of that memory is back where searches look.
+  DEVMR_HOST_DEVICE void end_in_flight(bool returned) const {
+    if (returned) {
+      // release: the memory is back before a searcher sees this count move.
       atomic(h_->runs_returned.value).fetch_add(1, release);
     }
-    // release: the remainder is on its stack before a searcher sees the count drop.
+    // release: the memory is back before a searcher sees the count drop.
     atomic(h_->runs_in_flight.value).fetch_sub(1, release);
-    return id;
   }
 
   /// Adds `want` to the count of slab `id` and keeps the blocks it got if the slab is of class
@@ -844,7 +852,7 @@ class heap_core {
           }
           // A bare word: clear its summary bit, then look again, since a slab marked meanwhile
           // may have found the summary bit still set. acquire: pairs with the release in
-          // mark_empty, so that the second look sees the mark of any such slab.
+          // mark, so that the second look sees the mark of any such slab.
           std::uint64_t const bit = std::uint64_t{1} << (word % 64);
           summary.fetch_and(~bit, acquire);
           if (atomic(bits[word]).load(acquire) != 0) {
@@ -873,9 +881,9 @@ class heap_core {
     if (word.load(acquire) == 0) {
       return no_slab;
     }
-    atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
-    // acq_rel: pairs with the release in mark_empty (the frees of every block happened before),
-    // and with the acquire above.
+    begin_in_flight();
+    // acq_rel: pairs with the release in mark (the frees of every block happened before), and
+    // with the acquire above.
     std::uint64_t marks = word.exchange(0, acq_rel);
     std::uint32_t const base = make_slab_id(a, w * 64);
     std::uint32_t id = no_slab;     // the slab this search keeps
@@ -894,10 +902,8 @@ class heap_core {
     }
     if (first != no_slab) {
       push_chain(shard_head(hint), first, last);
-      atomic(h_->runs_returned.value).fetch_add(1, release);
     }
-    // release: the slabs are on the stack before a searcher sees the count drop.
-    atomic(h_->runs_in_flight.value).fetch_sub(1, release);
+    end_in_flight(first != no_slab);
     return id;
   }
 

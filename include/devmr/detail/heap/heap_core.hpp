@@ -201,19 +201,27 @@ class heap_core {
         // Another installer published first. Ours is still ours to use, but it cannot go back
         // to a stack: threads holding an old slot value for it (from an earlier life) may have
         // claimed blocks of it since we formatted it.
-        close(id, cls, hint);
+        close(make_slot(gen, id), cls);
       }
       return {slab, take};
     }
   }
 
-  /// Ends the claims on slab `id` of class `cls`, which no slot will hold: the blocks nobody
-  /// claimed yet are given back, so the slab is recycled once the claimed ones are freed.
-  DEVMR_HOST_DEVICE void close(std::uint32_t id, unsigned cls, unsigned hint) const {
+  /// Ends the claims on the slab that slot value `slab` of class `cls` names, which no slot will
+  /// hold (any more): the blocks nobody claimed yet are given back, so the slab is recycled once
+  /// the claimed ones are freed. Nothing happens if the slab is used up, or has lived again since
+  /// (the generation in its state word tells; a slot may have held it long ago).
+  DEVMR_HOST_DEVICE void close(std::uint64_t slab, unsigned cls) const {
+    slab_meta& m = meta(slot_id(slab));
     std::uint32_t const capacity = class_capacity(cls);
-    std::uint32_t const claimed = state_count(atomic(meta(id).state).fetch_add(capacity, relaxed));
-    if (claimed < capacity) {
-      free_blocks(id, capacity - claimed, hint, arena(0));
+    std::uint64_t state = atomic(m.state).load(relaxed);
+    while (state_gen(state) == slot_gen(slab) && state_tag(state) == cls &&
+           state_count(state) < capacity) {
+      std::uint32_t const unclaimed = capacity - state_count(state);
+      if (atomic(m.state).compare_exchange_weak(state, state + unclaimed, relaxed, relaxed)) {
+        free_blocks(slot_id(slab), unclaimed, 0, arena(0));
+        return;
+      }
     }
   }
 
@@ -443,28 +451,11 @@ class heap_core {
         continue;  // another life, used up (it recycles itself), or blocks still live
       }
       if (slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed)) {
-        close_current(seen, cls);
+        close(seen, cls);
         closed = true;
       }
     }
     return closed;
-  }
-
-  /// Ends the claims on the slab that slot value `seen` of class `cls` named, if the slab is
-  /// still in that life and has unclaimed blocks: they are given back. (It may have been used
-  /// up, emptied and formatted again since: the generation in its state word tells.)
-  DEVMR_HOST_DEVICE void close_current(std::uint64_t seen, unsigned cls) const {
-    slab_meta& m = meta(slot_id(seen));
-    std::uint32_t const capacity = class_capacity(cls);
-    std::uint64_t state = atomic(m.state).load(relaxed);
-    while (state_gen(state) == slot_gen(seen) && state_tag(state) == cls &&
-           state_count(state) < capacity) {
-      std::uint32_t const unclaimed = capacity - state_count(state);
-      if (atomic(m.state).compare_exchange_weak(state, state + unclaimed, relaxed, relaxed)) {
-        free_blocks(slot_id(seen), unclaimed, 0, arena(0));
-        return;
-      }
-    }
   }
 
   /// Takes the first `slabs` marks in a row in any arena's bitmap; no_slab when there are none.
@@ -721,7 +712,7 @@ class heap_core {
     }
     std::uint32_t const gen = format_small(id, cls, 0);
     if (!publish(slot_word, make_slot(gen, id))) {
-      close(id, cls, hint);  // see claim(): stale claims may have reached it already
+      close(make_slot(gen, id), cls);  // see claim(): stale claims may have reached it already
     }
   }
 

@@ -500,33 +500,47 @@ void churn(host_heap& heap,
   }
 }
 
-}  // namespace
+/// What the threads of run_churn saw: blocks handed out twice or overwritten, blocks handed out.
+struct churn_totals {
+  int errors;
+  std::uint64_t handed_out;
+};
 
-TEST_CASE("many threads churning blocks never share one, and every block comes back",
-          "[heap][core][threads]") {
+/// Runs churn on max(8, cores) threads at once over one heap and waits for them.
+churn_totals run_churn(host_heap& heap,
+                       int operations,
+                       unsigned large_one_in,
+                       unsigned large_slabs) {
   unsigned const threads = std::max(8u, std::thread::hardware_concurrency());
-  int const operations = 400000;
-  // Small enough that slabs must be recycled many times over, and that threads run out now and
-  // then; two arenas, so that lookups and fresh slabs cross arena boundaries.
-  host_heap heap{{160, 96}, false};
   granule_table granules{heap};
   std::atomic<int> errors{0};
   std::atomic<std::uint64_t> handed_out{0};
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back(churn, std::ref(heap), std::ref(granules), t, operations, std::ref(errors),
-                      std::ref(handed_out), 512u, 4u);
+                      std::ref(handed_out), large_one_in, large_slabs);
   }
   for (auto& t : pool) {
     t.join();
   }
+  return {errors.load(), handed_out.load()};
+}
+
+}  // namespace
+
+TEST_CASE("many threads churning blocks never share one, and every block comes back",
+          "[heap][core][threads]") {
+  // Small enough that slabs must be recycled many times over, and that threads run out now and
+  // then; two arenas, so that lookups and fresh slabs cross arena boundaries.
+  host_heap heap{{160, 96}, false};
+  auto const [errors, handed_out] = run_churn(heap, 400000, 512, 4);
   CHECK(errors == 0);
   CHECK(heap.blocks_in_use() == 0);
   CHECK(heap.header().counters.invalid_frees == 0);
   // Far more blocks than the heap can hold at once went through it: slabs were recycled.
   std::uint64_t const capacity_in_small_blocks = heap.total_slabs() * class_capacity(8);
   CHECK(handed_out > 4 * capacity_in_small_blocks);
-  // Every slab is free again: one run of at least half the first arena can be allocated...
+  // Every slab is free again: allocated one by one, they all come back...
   auto core = heap.core();
   std::vector<void*> runs;
   for (void* p; (p = core.allocate_large(slab_bytes, 0)) != nullptr;) {
@@ -545,22 +559,10 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
 
 TEST_CASE("large blocks among small ones find runs gathered from emptied slabs and freed pieces",
           "[heap][core][threads]") {
-  unsigned const threads = std::max(8u, std::thread::hardware_concurrency());
   // Large blocks of up to 8 slabs ask for more than the heap holds, small ones keep emptying
   // slabs: once the fresh slabs are gone, long runs come only from merged free slabs.
   host_heap heap{{72, 40}, false};
-  granule_table granules{heap};
-  std::atomic<int> errors{0};
-  std::atomic<std::uint64_t> handed_out{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back(churn, std::ref(heap), std::ref(granules), t, 100000, std::ref(errors),
-                      std::ref(handed_out), 8u, 8u);
-  }
-  for (auto& t : pool) {
-    t.join();
-  }
-  CHECK(errors == 0);
+  CHECK(run_churn(heap, 100000, 8, 8).errors == 0);
   CHECK(heap.blocks_in_use() == 0);
   // Every slab is free again, none is lost, and free slabs merge: each arena is one run (the
   // slabs that slots hold are given up for it).

@@ -15,7 +15,7 @@
 //    CAS retry that fails only because another thread made progress.
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
 //    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
-//    atomic OR nobody waits for), a large run goes back on a free stack.
+//    atomic OR; no other thread waits for it), a large run goes back on a free stack.
 //  - A search for one slab tries the SM's own stack of single free slabs, then an arena's
 //    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
 //    then the bitmap word under the SM's cursor, then the first word the bitmaps' summaries mark,

@@ -29,7 +29,7 @@ class host_heap {
     initialize(*header_, checked);
     for (std::uint64_t slabs : arena_slabs) {
       auto* base = static_cast<std::byte*>(std::aligned_alloc(slab_bytes, slabs * slab_bytes));
-      auto* meta = static_cast<slab_meta*>(std::aligned_alloc(64, slabs * sizeof(slab_meta)));
+      auto* meta = static_cast<slab_meta*>(std::aligned_alloc(alignof(slab_meta), slabs * sizeof(slab_meta)));
       // Poison what the heap must format lazily: it may not rely on zeroed memory.
       std::memset(static_cast<void*>(meta), 0xa5, slabs * sizeof(slab_meta));
       std::uint64_t* bits = nullptr;

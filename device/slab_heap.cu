@@ -66,7 +66,7 @@ __global__ void reset_kernel(heap_header* h) {
     h->runs_in_flight.value = 0;
   }
   for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
-    h->slots[s / max_slots][s % max_slots] = empty_slot;
+    slot_word_of(*h, s / max_slots, s % max_slots) = empty_slot;
   }
   for (unsigned s = t; s < max_slots; s += blockDim.x) {
     h->empty_cursor[s] = first_cursor(*h, s);
@@ -89,7 +89,7 @@ __global__ void stats_kernel(heap_header* h, scan_totals* totals) {
       slab_meta const& m = h->arenas[a].meta[s];
       unsigned cls = 0;
       std::uint64_t blocks = 0;
-      if (!slab_usage(m, cls, blocks)) {
+      if (!slab_usage(*h, make_slab_id(a, static_cast<std::uint32_t>(s)), m, cls, blocks)) {
         continue;
       }
       if (cls < num_classes) {
@@ -233,7 +233,8 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
   }
   std::size_t const slabs = std::max<std::size_t>(1, (bytes + hp::slab_bytes - 1) / hp::slab_bytes);
   if (slabs > hp::max_slabs_per_arena) {
-    throw out_of_memory("devmr: one arena of a slab heap holds at most 16 TiB");
+    throw out_of_memory("devmr: one arena of a slab heap holds at most " +
+                        std::to_string(hp::max_slabs_per_arena) + " slabs of 1 MiB");
   }
   if (options_.maximum_bytes != 0 && capacity() + slabs * hp::slab_bytes > options_.maximum_bytes) {
     throw out_of_memory("devmr: growing the heap by " + std::to_string(slabs * hp::slab_bytes) +

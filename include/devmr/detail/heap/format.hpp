@@ -28,9 +28,9 @@ inline void initialize(heap_header& h, bool checked) {
   for (auto& head : h.free_slabs) {
     head.value = empty_stack;
   }
-  for (auto& cls : h.slots) {
-    for (auto& slot : cls) {
-      slot = empty_slot;
+  for (unsigned cls = 0; cls < num_classes; ++cls) {
+    for (unsigned slot = 0; slot < max_slots; ++slot) {
+      slot_word_of(h, cls, slot) = empty_slot;
     }
   }
   h.checked = checked ? 1u : 0u;

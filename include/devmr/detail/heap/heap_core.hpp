@@ -5,14 +5,16 @@
 // host memory, and kernels run it on device memory.
 //
 // How memory moves:
-//  - Each size class has up to max_slots "current slab" slots. A claim adds the number of blocks
-//    it wants to the current slab's state word; the count it gets back says which blocks are its
-//    own. Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
-//  - When a slot's slab runs out, one thread (the one whose claim emptied it, or the first to
-//    swap in `installing_slot`) installs the next; the others wait for it, but only for a bounded
-//    time (~300 us on the device), then one of them takes the installation over (and the others
-//    wait for that one). No thread ever waits without bound on another: every other wait is a
-//    CAS retry that fails only because another thread made progress.
+//  - Each size class has up to max_slots "current slab" slots. A slot word holds its slab's id and
+//    a count of the blocks handed out: a claim adds the number of blocks it wants to the word, one
+//    atomic, and the value it gets back says which slab and which of its blocks are its own.
+//    Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
+//  - When a slot's slab runs out, one thread (the one whose claim took its last blocks, or the
+//    first to swap an installing id into an empty slot) installs the next; the others wait for
+//    it, but only for a bounded time (~300 us on the device), then one of them takes the
+//    installation over (and the others wait for that one). No thread ever waits without bound on
+//    another: every other wait is a CAS retry that fails only because another thread made
+//    progress. Whoever swaps a slab out of its slot ends its claims (close).
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
 //    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
 //    atomic OR; no other thread waits for it), a large run goes back on a free stack.
@@ -159,70 +161,70 @@ class heap_core {
                                        std::uint32_t want,
                                        unsigned hint) const {
     arena_view const first = arena(0);  // read ahead (see arena())
-    auto slot_word = atomic(h_->slots[cls][slot]);
-    std::uint64_t seen = slot_word.load(relaxed);
+    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
+    std::uint32_t const capacity = class_capacity(cls);
+    // acquire: pairs with the release that published the slot's slab (install), whose release
+    // sequence the other claims' additions continue: the slab's formatting, and the frees of its
+    // previous life, happen before its blocks are used.
+    std::uint64_t seen = slot_word.fetch_add(want, acquire);
     for (;;) {
-      if (seen < installing_min) {
-        bool exhausted = false;
-        claim_result const got = claim_from(slot_id(seen), cls, want, exhausted, first);
-        if (got.count != 0) {
-          if (exhausted && got.count == want) {
-            refill(slot_word, seen, cls, hint);  // the next claimers find a fresh slab
-          }
-          return got;
+      bool used_up = false;
+      claim_result const got = take_blocks(seen, want, cls, used_up, first);
+      if (got.count != 0) {
+        if (used_up) {
+          refill(slot_word, cls, slot, hint);  // the claims behind this one find the next slab
         }
+        return got;
       }
-      // The slot is empty, exhausted, or being refilled. One thread installs the next slab (it
-      // swaps in installing_slot); the others wait for it, but never without bound: after a
-      // while one of them takes the installation over, so a descheduled installer holds nobody
-      // up, and the others wait for that one.
-      if (is_installing(seen)) {
-        std::uint64_t const waited = seen;
-        seen = wait_for_install(slot_word, waited);
-        if (seen != waited ||
-            !slot_word.compare_exchange_strong(seen, next_installer(waited), relaxed, relaxed)) {
-          continue;  // installed, or taken over by another waiter: look again
-        }
-      } else if (!slot_word.compare_exchange_strong(seen, installing_slot, relaxed, relaxed)) {
-        continue;  // the slot changed under us: `seen` holds its new value
+      // The slab is used up (the claim that took its last blocks installs the next), the next
+      // is being installed, or the slot is empty (the heap ran out of slabs). Wait for the
+      // installer, but never without bound: after a while one waiter takes the installation
+      // over, so a descheduled installer holds nobody up, and the others wait for that one.
+      std::uint32_t const id = slot_id(seen);
+      if (id != no_slab) {
+        seen = wait_for_install(slot_word, seen, capacity);
       }
-      std::uint32_t const id = acquire_run(1, hint);
-      if (id == no_slab) {
-        // Out of slabs: leave the slot empty, so that later claims go straight to the (failing)
-        // search instead of waiting, then look for room in the other slots' slabs.
-        publish(slot_word, empty_slot);
-        return steal(cls, slot, want);
+      if (!still_waiting(seen, id, capacity) || !take_over(slot_word, seen, id, capacity)) {
+        seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
+        continue;
       }
-      std::uint32_t const capacity = class_capacity(cls);
-      std::uint32_t const take = want < capacity ? want : capacity;
-      std::byte* const slab = data(id);  // loaded beside format_small's loads
-      std::uint32_t const gen = format_small(id, cls, take);
-      if (!publish(slot_word, make_slot(gen, id))) {
-        // Another installer published first. Ours is still ours to use, but it cannot go back
-        // to a stack: threads holding an old slot value for it (from an earlier life) may have
-        // claimed blocks of it since we formatted it.
-        close(make_slot(gen, id), cls);
-      }
-      return {slab, take};
+      return install(slot_word, cls, slot, want, hint);
     }
   }
 
-  /// Ends the claims on the slab that slot value `slab` of class `cls` names, which no slot will
-  /// hold (any more): the blocks nobody claimed yet are given back, so the slab is recycled once
-  /// the claimed ones are freed. Nothing happens if the slab is used up, or has lived again since
-  /// (the generation in its state word tells; a slot may have held it long ago).
-  DEVMR_HOST_DEVICE void close(std::uint64_t slab, unsigned cls) const {
-    slab_meta& m = meta(slot_id(slab));
+  /// What a claim of `want` blocks of class `cls` got from slot value `seen`, the value its
+  /// addition replaced: nothing when it names no slab or a used-up one. `used_up`: this claim
+  /// took the slab's last blocks (the count passed the capacity with it).
+  DEVMR_HOST_DEVICE claim_result take_blocks(std::uint64_t seen,
+                                             std::uint32_t want,
+                                             unsigned cls,
+                                             bool& used_up,
+                                             arena_view const& first) const {
+    std::uint32_t const id = slot_id(seen);
+    std::uint32_t const count = slot_count(seen);
     std::uint32_t const capacity = class_capacity(cls);
-    std::uint64_t state = atomic(m.state).load(relaxed);
-    while (state_gen(state) == slot_gen(slab) && state_tag(state) == cls &&
-           state_count(state) < capacity) {
-      std::uint32_t const unclaimed = capacity - state_count(state);
-      if (atomic(m.state).compare_exchange_weak(state, state + unclaimed, relaxed, relaxed)) {
-        free_blocks(slot_id(slab), unclaimed, 0, arena(0));
-        return;
-      }
+    if (!is_slab(id) || count >= capacity) {
+      return {nullptr, 0};
     }
+    used_up = want >= capacity - count;
+    std::byte* const slab = data(id, first);
+    return {slab + (std::size_t{count} << (cls + min_block_shift)),
+            used_up ? capacity - count : want};
+  }
+
+  /// Ends the claims on the slab of slot value `old`, which this thread swapped out of its slot
+  /// (nothing happens when `old` names no slab, or a used-up one): the slab handed out the
+  /// blocks that `old` counts, and gives back the others, so that it is recycled once those are
+  /// freed. Its state records the count first: until the others are given back it cannot be
+  /// recycled, so the state is still this life's.
+  DEVMR_HOST_DEVICE void close(std::uint64_t old, unsigned cls) const {
+    std::uint32_t const capacity = class_capacity(cls);
+    if (!is_slab(slot_id(old)) || slot_count(old) >= capacity) {
+      return;
+    }
+    std::uint32_t const id = slot_id(old);
+    atomic(meta(id).state).store(make_state(cls, slot_count(old)), relaxed);
+    free_blocks(id, capacity - slot_count(old), 0, arena(0));
   }
 
   /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
@@ -233,7 +235,8 @@ class heap_core {
                                      arena_view const& first) const {
     // release: the freeing threads' last writes to their blocks happen-before the slab's next
     // life. The thread that frees the last block does not acquire them (an acquire would empty
-    // its SM's L1 cache): format_small does, when the slab is taken again. A large run has one
+    // its SM's L1 cache): a search for a slab does, when it takes the slab (search_run, or
+    // take_marked_run for a run). A large run has one
     // block, whose free is this one: the release of its push orders it.
     std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, release) - count;
     if (left == large_run_flag) {
@@ -268,10 +271,10 @@ class heap_core {
       return nullptr;
     }
     slab_meta& m = meta(id);
-    std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
     atomic(m.length).store(static_cast<std::uint32_t>(slabs), relaxed);
     atomic(m.remaining).store(large_run_flag | 1u, relaxed);
-    atomic(m.state).store(make_state(gen, tag_large, sentinel_count), release);
+    // release: a checked free, which acquires the state, sees the run's count.
+    atomic(m.state).store(make_state(tag_large, 0), release);
     return data(id);
   }
 
@@ -286,8 +289,7 @@ class heap_core {
     std::uint32_t const tag = state_tag(state);
     if (tag < num_classes) {
       unsigned const shift = tag + min_block_shift;
-      std::uint32_t const claimed =
-          state_count(state) < class_capacity(tag) ? state_count(state) : class_capacity(tag);
+      std::uint32_t const claimed = handed_out(id, tag, state_count(state));
       if ((offset & ((std::size_t{1} << shift) - 1)) != 0 || (offset >> shift) >= claimed) {
         return count_misuse(h_->counters.invalid_frees);
       }
@@ -311,6 +313,19 @@ class heap_core {
       return free_check::done;
     }
     return count_misuse(tag == tag_free ? h_->counters.double_frees : h_->counters.invalid_frees);
+  }
+
+  /// How many blocks small slab `id` of class `cls` handed out in its life, from the count of its
+  /// state: a slot that holds it counts them (all of them, once it holds it no more).
+  DEVMR_HOST_DEVICE std::uint32_t handed_out(std::uint32_t id,
+                                             unsigned cls,
+                                             std::uint32_t count) const {
+    if ((count & open_count) == 0) {
+      return count;
+    }
+    std::uint64_t const w = atomic(slot_word_of(*h_, cls, count & ~open_count)).load(relaxed);
+    return slot_id(w) == id && slot_count(w) < class_capacity(cls) ? slot_count(w)
+                                                                   : class_capacity(cls);
   }
 
   /// Frees one block from one thread (host paths and tests; kernels aggregate per warp).
@@ -369,9 +384,7 @@ class heap_core {
 
   /// Marks the run at `id` (a freed large block) free and puts it on its stack.
   DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned hint) const {
-    slab_meta& m = meta(id);
-    std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
-    atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
+    atomic(meta(id).state).store(make_state(tag_free, 0), relaxed);
     push(id, hint);
   }
 
@@ -384,6 +397,9 @@ class heap_core {
       std::uint32_t id = pop(shard_head(hint));
       if (id == no_slab) {
         id = take_fresh(1, hint);  // exactly one slab: nothing to split
+        if (id != no_slab) {
+          return id;  // never handed out: no frees to order before its use
+        }
       }
       if (id == no_slab) {
         id = take_empty(hint, false);
@@ -396,6 +412,13 @@ class heap_core {
       }
       for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
         id = pop_run(c, 1, hint);
+      }
+      if (id != no_slab) {
+        // acquire: reads the count that the last free of the slab's last life left (zero), so
+        // that those frees, all release-ordered, happen before its next use. The free that
+        // emptied it did not acquire the others (see free_blocks). Other slabs read any count,
+        // harmlessly.
+        atomic(meta(id).remaining).load(acquire);
       }
       return id;
     }
@@ -437,20 +460,16 @@ class heap_core {
     bool closed = false;
     DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * slots; ++i) {
       unsigned const cls = i / slots;
-      auto slot_word = atomic(h_->slots[cls][i % slots]);
-      std::uint64_t seen = slot_word.load(relaxed);
-      if (seen >= installing_min) {
-        continue;
-      }
-      slab_meta& m = meta(slot_id(seen));
-      std::uint64_t const state = atomic(m.state).load(relaxed);
+      auto slot_word = atomic(slot_word_of(*h_, cls, i % slots));
+      std::uint64_t const seen = slot_word.load(relaxed);
       std::uint32_t const capacity = class_capacity(cls);
-      if (state_gen(state) != slot_gen(seen) || state_tag(state) != cls ||
-          state_count(state) >= capacity ||
-          atomic(m.remaining).load(relaxed) != capacity - state_count(state)) {
-        continue;  // another life, used up (it recycles itself), or blocks still live
+      if (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity ||
+          atomic(meta(slot_id(seen)).remaining).load(relaxed) != capacity - slot_count(seen)) {
+        continue;  // no slab, a used-up one (it recycles itself), or blocks still live
       }
-      if (slot_word.compare_exchange_strong(seen, empty_slot, relaxed, relaxed)) {
+      // The exact value: no claim came between the look and the swap.
+      std::uint64_t expected = seen;
+      if (slot_word.compare_exchange_strong(expected, empty_slot, relaxed, relaxed)) {
         close(seen, cls);
         closed = true;
       }
@@ -526,16 +545,13 @@ class heap_core {
     if (taken) {
       // acquire: a slab that small blocks emptied was marked by the free of its last block,
       // which did not acquire the others (see free_blocks): reading the count they left, as
-      // format_small does, orders all of them before the run's use.
+      // search_run does for one slab, orders all of them before the run's use.
       DEVMR_ROLLED for (std::uint32_t i = 0; i < slabs; ++i) {
         atomic(meta(id + i).remaining).load(relaxed);
       }
       cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
-      // The body's slabs, unlike fresh ones, had lives: their generations go on, so that a slot
-      // that still names one from an earlier life cannot mistake a later one for it.
       DEVMR_ROLLED for (std::uint32_t i = 1; i < slabs; ++i) {
-        auto state = atomic(meta(id + i).state);
-        state.store(make_state(state_gen(state.load(relaxed)), tag_body, sentinel_count), relaxed);
+        atomic(meta(id + i).state).store(make_state(tag_body, 0), relaxed);
       }
     }
     return taken;
@@ -582,7 +598,7 @@ class heap_core {
         // whoever takes it, and for the statistics, which now scan them.
         std::uint32_t const id = make_slab_id(a, static_cast<std::uint32_t>(first));
         auto const slabs = static_cast<std::uint32_t>(size - first);
-        atomic(meta(id).state).store(make_state(0, tag_body, sentinel_count), relaxed);
+        atomic(meta(id).state).store(make_state(tag_body, 0), relaxed);
         mark_body(id, slabs);
         mark_slabs(id, slabs);
         moved = true;
@@ -641,53 +657,30 @@ class heap_core {
     atomic(h_->runs_in_flight.value).fetch_sub(1, release);
   }
 
-  /// Adds `want` to the count of slab `id` and keeps the blocks it got if the slab is of class
-  /// `cls`. A slot can name a slab that was recycled since (and perhaps formatted for another
-  /// class): blocks claimed there of another class are given back at once.
-  DEVMR_HOST_DEVICE claim_result claim_from(std::uint32_t id,
-                                            unsigned cls,
-                                            std::uint32_t want,
-                                            bool& exhausted,
-                                            arena_view const& first) const {
-    std::byte* const slab = data(id, first);  // before the acquire (see arena())
-    // acquire: pairs with the release store of the state when the slab was formatted, so that
-    // the slab's previous blocks were freed (and its metadata reset) before we use it.
-    std::uint64_t const before = atomic(meta(id, first).state).fetch_add(want, acquire);
-    std::uint32_t const tag = state_tag(before);
-    std::uint32_t const count = state_count(before);
-    if (tag >= num_classes) {
-      return {nullptr, 0};
-    }
-    std::uint32_t const capacity = class_capacity(tag);
-    if (count >= capacity) {
-      return {nullptr, 0};
-    }
-    std::uint32_t const got = capacity - count < want ? capacity - count : want;
-    if (tag != cls) {
-      free_blocks(id, got, 0, first);
-      return {nullptr, 0};
-    }
-    exhausted = count + want >= capacity;
-    return {slab + (std::size_t{count} << (cls + min_block_shift)), got};
-  }
-
   /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
+  /// A claim that uses such a slab up empties its slot (there is no slab to install).
   DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls,
                                                       unsigned own,
                                                       std::uint32_t want) const {
     std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+    std::uint32_t const capacity = class_capacity(cls);
     arena_view const first = arena(0);
     for (std::uint32_t s = 0; s < slots; ++s) {
-      std::uint64_t const w = s == own ? empty_slot : atomic(h_->slots[cls][s]).load(relaxed);
-      if (w >= installing_min) {  // empty, or its next slab is on the way: nothing to take
-        continue;
+      auto slot_word = atomic(slot_word_of(*h_, cls, s));
+      std::uint64_t const w = s == own ? empty_slot : slot_word.load(relaxed);
+      if (!is_slab(slot_id(w)) || slot_count(w) >= capacity) {
+        continue;  // empty, being refilled or used up: nothing to take
       }
-      std::uint64_t const state = atomic(meta(slot_id(w)).state).load(relaxed);
-      if (state_tag(state) != cls || state_count(state) >= class_capacity(cls)) {
-        continue;
+      bool used_up = false;
+      // acquire: as a claim's (see claim).
+      std::uint64_t const seen = slot_word.fetch_add(want, acquire);
+      claim_result const got = take_blocks(seen, want, cls, used_up, first);
+      if (used_up) {
+        std::uint64_t current = seen + want;
+        while (still_waiting(current, slot_id(seen), capacity) &&
+               !slot_word.compare_exchange_weak(current, empty_slot, relaxed, relaxed)) {
+        }
       }
-      bool exhausted = false;
-      claim_result const got = claim_from(slot_id(w), cls, want, exhausted, first);
       if (got.count != 0) {
         return got;
       }
@@ -695,52 +688,88 @@ class heap_core {
     return {nullptr, 0};
   }
 
-  /// After a claim took the last blocks of the slot's slab `seen`: installs the next slab now,
-  /// so that the threads behind find one instead of all noticing the exhaustion at once.
+  /// After a claim took the last blocks of the slab of `slot_word`: installs the next slab now,
+  /// so that the claims behind find one instead of all noticing the slab is used up at once.
   DEVMR_HOST_DEVICE void refill(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
-      std::uint64_t seen,
       unsigned cls,
+      unsigned slot,
       unsigned hint) const {
-    if (!slot_word.compare_exchange_strong(seen, installing_slot, relaxed, relaxed)) {
-      return;  // someone else is on it, or did it
-    }
+    // The used-up slab stays in the slot until the next one replaces it: the claims that find it
+    // wait for this thread as they would for an installing id (see claim).
+    install(slot_word, cls, slot, 0, hint);
+  }
+
+  /// Installs a slab in the slot, which this thread holds with an installing id (or with the
+  /// slab its claim used up, see refill): formats it with its first `want` blocks (at most all
+  /// but one) claimed for this thread, and publishes it. Out of slabs, the slot is left empty,
+  /// and the claim looks for room in the other slots' slabs.
+  DEVMR_HOST_DEVICE claim_result
+  install(cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
+          unsigned cls,
+          unsigned slot,
+          std::uint32_t want,
+          unsigned hint) const {
     std::uint32_t const id = acquire_run(1, hint);
     if (id == no_slab) {
-      publish(slot_word, empty_slot);
-      return;
+      // Empty, not installing or used up: later claims go straight to the (failing) search
+      // instead of waiting. A slab with blocks that another installer published meanwhile stays.
+      std::uint32_t const capacity = class_capacity(cls);
+      std::uint64_t seen = slot_word.load(relaxed);
+      while (slot_id(seen) != no_slab &&
+             (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
+             !slot_word.compare_exchange_weak(seen, empty_slot, relaxed, relaxed)) {
+      }
+      return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
     }
-    std::uint32_t const gen = format_small(id, cls, 0);
-    if (!publish(slot_word, make_slot(gen, id))) {
-      close(make_slot(gen, id), cls);  // see claim(): stale claims may have reached it already
-    }
+    // At most all blocks but one: a slab is used up by a claim that takes its last block, and
+    // that claim installs the next (see claim); one published used up would wait for nobody.
+    std::uint32_t const capacity = class_capacity(cls);
+    std::uint32_t const take = want < capacity ? want : capacity - 1;
+    std::byte* const slab = data(id);  // loaded beside format_small's loads
+    format_small(id, cls, slot);
+    // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
+    // replaces is closed: the used-up slab, an installing id, or the slab that another
+    // installer (a waiter that took over) published first.
+    close(slot_word.exchange(make_slot(id, take), release), cls);
+    return {slab, take};
   }
 
-  /// Ends an installation: replaces the installing value in the slot with `value` (a formatted
-  /// slab, or empty_slot). Any installing value will do, not only the one this thread swapped
-  /// in: a waiter may have taken the installation over meanwhile, and whichever of the two
-  /// publishes first wins. False when the slot holds a slab already.
-  DEVMR_HOST_DEVICE static bool publish(
-      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word, std::uint64_t value) {
-    std::uint64_t expected = installing_slot;
-    // release: publishes the formatted slab to the threads that read the slot.
-    while (!slot_word.compare_exchange_strong(expected, value, release, relaxed)) {
-      if (!is_installing(expected)) {
-        return false;
+  /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
+  /// installer, the empty slot, or slab `id` used up (not formatted and installed here again).
+  DEVMR_HOST_DEVICE static bool still_waiting(std::uint64_t w,
+                                              std::uint32_t id,
+                                              std::uint32_t capacity) {
+    return slot_id(w) == id && (!is_slab(id) || slot_count(w) >= capacity);
+  }
+
+  /// Swaps the next installing id into the slot while it still holds what a waiter saw (`seen`
+  /// names `id`; claims may have added to its count since); false when it changed meanwhile.
+  DEVMR_HOST_DEVICE static bool take_over(
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
+      std::uint64_t seen,
+      std::uint32_t id,
+      std::uint32_t capacity) {
+    while (still_waiting(seen, id, capacity)) {
+      if (slot_word.compare_exchange_weak(seen, make_slot(next_installer(id), 0), relaxed,
+                                          relaxed)) {
+        return true;
       }
     }
-    return true;
+    return false;
   }
 
-  /// Waits a bounded time for the thread installing a slab in this slot (the slot holds
-  /// `installing`); returns what the slot holds then (still `installing` if it took too long).
+  /// Waits a bounded time for the thread installing the slot's next slab (the slot holds `seen`:
+  /// an installing id or a used-up slab); returns what the slot holds then (what still_waiting
+  /// accepts if it took too long).
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
-      std::uint64_t installing) {
-    std::uint64_t seen = installing;
+      std::uint64_t seen,
+      std::uint32_t capacity) {
+    std::uint32_t const id = slot_id(seen);
     // Host threads (tests of this core) give up soon, so that the give-up path runs often.
     unsigned const rounds = DEVMR_IS_DEVICE_CODE ? 320 : 4;
-    for (unsigned round = 0; round < rounds && seen == installing; ++round) {
+    for (unsigned round = 0; round < rounds && still_waiting(seen, id, capacity); ++round) {
 #if DEVMR_IS_DEVICE_CODE
       __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~300 us in all
 #else
@@ -751,19 +780,9 @@ class heap_core {
     return seen;
   }
 
-  /// Formats slab `id` for class `cls` with its first `claimed` blocks taken; returns its
-  /// generation.
-  DEVMR_HOST_DEVICE std::uint32_t format_small(std::uint32_t id,
-                                               unsigned cls,
-                                               std::uint32_t claimed) const {
+  /// Formats slab `id` (from acquire_run) for class `cls`, to be installed in slot `slot`.
+  DEVMR_HOST_DEVICE void format_small(std::uint32_t id, unsigned cls, unsigned slot) const {
     slab_meta& m = meta(id);
-    std::uint64_t const state = atomic(m.state).load(relaxed);
-    // acquire: reads the count that the last free of the slab's previous life left (it reads
-    // zero), so those frees, all release-ordered, happen-before the blocks are handed out again.
-    // A slab that had no previous life reads anything, harmlessly. After the state's load, so
-    // that the two overlap.
-    atomic(m.remaining).load(acquire);
-    std::uint32_t const gen = (state_gen(state) + 1) & 0xffffffu;
     if (checked()) {
       std::uint64_t* bits = check_bits(id);
       std::uint32_t const words = (class_capacity(cls) + 63) / 64;
@@ -773,10 +792,7 @@ class heap_core {
     }
     atomic(m.length).store(1u, relaxed);
     atomic(m.remaining).store(class_capacity(cls), relaxed);
-    // release: the stores above (and the previous life of the slab) are visible to any thread
-    // whose claim reads this state.
-    atomic(m.state).store(make_state(gen, cls, claimed), release);
-    return gen;
+    atomic(m.state).store(make_state(cls, open_count | slot), relaxed);
   }
 
   /// Splits the free run at `id` (popped, so ours) into its first `slabs` slabs, which it
@@ -910,7 +926,7 @@ class heap_core {
   DEVMR_HOST_DEVICE void mark(std::uint32_t a, std::uint64_t w, std::uint64_t marks) const {
     std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
     // release: orders the caller's subtraction (or pop) before the mark, so that whoever takes
-    // the mark and formats the slab reads the count it left (see format_small).
+    // the mark reads the count it left (see search_run).
     if (atomic(bits[w]).fetch_or(marks, release) == 0) {
       // release: whoever sees the summary bit sees the mark.
       atomic(bits[bitmap_words(a) + w / 64]).fetch_or(std::uint64_t{1} << (w % 64), release);
@@ -945,19 +961,17 @@ class heap_core {
     return no_slab;
   }
 
-  /// Marks the slabs after the first of a fresh run as its body (for statistics scans). Fresh
-  /// slabs were in no slot since the heap began (or was reset): their generations may restart.
+  /// Marks the slabs after the first of a fresh run as its body (for statistics scans).
   DEVMR_HOST_DEVICE void mark_body(std::uint32_t id, std::uint32_t slabs) const {
     for (std::uint32_t i = 1; i < slabs; ++i) {
-      atomic(meta(id + i).state).store(make_state(0, tag_body, sentinel_count), relaxed);
+      atomic(meta(id + i).state).store(make_state(tag_body, 0), relaxed);
     }
   }
 
   DEVMR_HOST_DEVICE void make_free_head(std::uint32_t id, std::uint32_t slabs) const {
     slab_meta& m = meta(id);
-    std::uint32_t const gen = state_gen(atomic(m.state).load(relaxed)) + 1;
     atomic(m.length).store(slabs, relaxed);
-    atomic(m.state).store(make_state(gen, tag_free, sentinel_count), relaxed);
+    atomic(m.state).store(make_state(tag_free, 0), relaxed);
   }
 
   /// The stack of single free slabs that `hint` (an SM, a thread) uses first.
@@ -1033,20 +1047,32 @@ class heap_core {
   heap_header* h_;
 };
 
-/// How many blocks of a slab are held by users, from its metadata alone (statistics scans).
-/// Returns the slab's class in `cls` (num_classes for large runs); false for free, body and empty
-/// slabs.
-DEVMR_HOST_DEVICE inline bool slab_usage(slab_meta const& m, unsigned& cls, std::uint64_t& blocks) {
+/// How many blocks of slab `id` are held by users, from its metadata and the slots (statistics
+/// scans, with no kernel running). Returns the slab's class in `cls` (num_classes for large
+/// runs); false for free, body and empty slabs.
+DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
+                                         std::uint32_t id,
+                                         slab_meta const& m,
+                                         unsigned& cls,
+                                         std::uint64_t& blocks) {
   std::uint64_t const state = m.state;
   std::uint32_t const tag = state_tag(state);
   if (tag < num_classes) {
-    std::uint32_t const capacity = class_capacity(tag);
-    std::uint32_t const claimed = state_count(state) < capacity ? state_count(state) : capacity;
-    if (claimed == capacity && m.remaining == 0) {
-      return false;  // every block claimed and freed: an empty slab, free to take
+    // `remaining` counts the blocks not freed, and those not handed out yet: a slab whose
+    // claims ended gave those back (see heap_core::close); a slot's slab has them in its slot.
+    std::uint32_t unclaimed = 0;
+    std::uint32_t const count = state_count(state);
+    if ((count & open_count) != 0) {
+      std::uint64_t const w = slot_word_of(h, tag, count & ~open_count);
+      if (slot_id(w) == id && slot_count(w) < class_capacity(tag)) {
+        unclaimed = class_capacity(tag) - slot_count(w);
+      }
+    }
+    if (m.remaining == 0) {
+      return false;  // every block handed out and freed: an empty slab, free to take
     }
     cls = tag;
-    blocks = claimed - (capacity - m.remaining);
+    blocks = m.remaining - unclaimed;
     return true;
   }
   if (tag == tag_large) {

@@ -47,7 +47,6 @@ static_assert(slab_shards % shard_scan_width == 0);
 /// A slab id names a slab by arena and index: arena in the top 6 bits, index in the low 26.
 inline constexpr unsigned arena_id_shift = 26;
 inline constexpr std::uint32_t slab_index_mask = (std::uint32_t{1} << arena_id_shift) - 1;
-inline constexpr std::uint64_t max_slabs_per_arena = std::uint64_t{1} << arena_id_shift;
 inline constexpr std::uint32_t no_slab = 0xffffffffu;
 
 DEVMR_HOST_DEVICE constexpr std::uint32_t make_slab_id(std::uint32_t arena, std::uint32_t index) {
@@ -67,19 +66,12 @@ enum slab_tag : std::uint32_t {
   tag_body = 0x82,   ///< any later slab of a run; its head says what the run is
 };
 
-/// The state word of a slab: generation (24 bits) | tag (8 bits) | claimed count (32 bits).
-/// Small slabs hand out blocks by adding to the count; a count at or past the capacity means the
-/// slab is exhausted. Large, free and body slabs hold `sentinel_count`, so that a stale add (a
-/// thread that read an old current-slab slot) finds nothing to claim there.
-inline constexpr std::uint64_t sentinel_count = std::uint64_t{1} << 31;
-
-DEVMR_HOST_DEVICE constexpr std::uint64_t make_state(std::uint32_t gen,
-                                                     std::uint32_t tag,
-                                                     std::uint64_t count) {
-  return (std::uint64_t{gen & 0xffffffu} << 40) | (std::uint64_t{tag & 0xffu} << 32) | count;
-}
-DEVMR_HOST_DEVICE constexpr std::uint32_t state_gen(std::uint64_t s) {
-  return static_cast<std::uint32_t>(s >> 40);
+/// The state word of a slab: tag (bits 32-39) | count (low 32 bits). The count of a small slab
+/// is `open_count | slot` (see below) while its slot counts its claims, and the number of blocks
+/// it handed out once they end early; a slab used up in its slot keeps `open_count | slot`. Other
+/// slabs hold count 0.
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_state(std::uint32_t tag, std::uint32_t count) {
+  return (std::uint64_t{tag & 0xffu} << 32) | count;
 }
 DEVMR_HOST_DEVICE constexpr std::uint32_t state_tag(std::uint64_t s) {
   return static_cast<std::uint32_t>(s >> 32) & 0xffu;
@@ -88,35 +80,47 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
   return static_cast<std::uint32_t>(s);
 }
 
-/// A current-slab slot: generation (24 bits, as in the slab's state word) | slab id (32 bits).
-/// Comparing the whole word in a CAS keeps a thread that saw an old generation from replacing a
-/// slab that was recycled and installed again since.
-inline constexpr std::uint64_t empty_slot = ~std::uint64_t{0};
-/// Slot values from `installing_min` to `installing_slot` say that one thread is installing the
+/// A current-slab slot: slab id (high 32 bits) | claim count (low 32 bits). A claim adds the
+/// blocks it wants to the whole word, one atomic: the value it gets back names the slab and the
+/// first block that is its own (none when the count is at or past the slab's capacity). Ids
+/// that name no slab say that the slot is empty (no_slab) or that a thread installs its next
+/// slab (the installing ids below); claims add to them harmlessly, and whoever replaces them
+/// discards the count.
+inline constexpr std::uint64_t empty_slot = std::uint64_t{no_slab} << 32;
+/// Ids from `installing_first` to `installing_last` say that one thread is installing the
 /// slot's next slab; others wait for it, for a bounded time. A waiter that waited too long takes
-/// the installation over by swapping in the next value (they count down), and the others wait
-/// for it in turn: a stalled installer costs one slab more, not one per waiting warp.
-inline constexpr std::uint64_t installing_slot = empty_slot - 1;
-inline constexpr std::uint64_t installing_min = installing_slot - ((std::uint64_t{1} << 20) - 1);
-static_assert(installing_min > (std::uint64_t{0xffffffu} << 32 | 0xffffffffu));  // above any slab
+/// the installation over by swapping in the next id (they count down), and the others wait for
+/// it in turn: a stalled installer costs one slab more, not one per waiting warp.
+inline constexpr std::uint32_t installing_last = no_slab - 1;
+inline constexpr std::uint32_t installing_first = no_slab - ((std::uint32_t{1} << 16) - 1);
 
-DEVMR_HOST_DEVICE constexpr bool is_installing(std::uint64_t w) {
-  return w >= installing_min && w != empty_slot;
-}
-/// The value that takes over an installation from `w` (itself one).
-DEVMR_HOST_DEVICE constexpr std::uint64_t next_installer(std::uint64_t w) {
-  return w == installing_min ? installing_slot : w - 1;
-}
+/// Slabs an arena may have: every slab id stays below the installing ids.
+inline constexpr std::uint64_t max_slabs_per_arena =
+    (std::uint64_t{1} << arena_id_shift) - (std::uint64_t{1} << 16);
+static_assert(((max_arenas - 1) << arena_id_shift | (max_slabs_per_arena - 1)) < installing_first);
 
-DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t gen, std::uint32_t id) {
-  return (std::uint64_t{gen & 0xffffffu} << 32) | id;
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t id, std::uint32_t count) {
+  return (std::uint64_t{id} << 32) | count;
 }
 DEVMR_HOST_DEVICE constexpr std::uint32_t slot_id(std::uint64_t w) {
-  return static_cast<std::uint32_t>(w);
-}
-DEVMR_HOST_DEVICE constexpr std::uint32_t slot_gen(std::uint64_t w) {
   return static_cast<std::uint32_t>(w >> 32);
 }
+DEVMR_HOST_DEVICE constexpr std::uint32_t slot_count(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w);
+}
+/// True when a slot's id names a slab.
+DEVMR_HOST_DEVICE constexpr bool is_slab(std::uint32_t id) {
+  return id < installing_first;
+}
+/// The installing id that takes over from `id` (an installing id, a used-up slab, or empty).
+DEVMR_HOST_DEVICE constexpr std::uint32_t next_installer(std::uint32_t id) {
+  return id > installing_first && id <= installing_last ? id - 1 : installing_last;
+}
+
+/// Marks the count of a small slab's state while slot `count & ~open_count` of its class holds
+/// it: the blocks it handed out are in the slot's count (all of them, once the slot names
+/// another slab or counts past the capacity).
+inline constexpr std::uint32_t open_count = std::uint32_t{1} << 30;
 
 /// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
 inline constexpr std::uint64_t empty_stack = no_slab;
@@ -192,8 +196,21 @@ struct heap_header {
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.
   std::uint32_t empty_cursor[max_slots];
-  alignas(128) std::uint64_t slots[num_classes][max_slots];
+  /// Current-slab slots (see make_slot), by slot, then class: the words that one SM's claims add
+  /// to share a line, which no other SM's claims touch (see slot_word_of).
+  alignas(128) std::uint64_t slots[max_slots][num_classes];
 };
+static_assert(num_classes * sizeof(std::uint64_t) == 128);  // one line of slots per SM
+
+/// The slot word of class `cls` in slot `slot`.
+DEVMR_HOST_DEVICE inline std::uint64_t& slot_word_of(heap_header& h, unsigned cls, unsigned slot) {
+  return h.slots[slot][cls];
+}
+DEVMR_HOST_DEVICE inline std::uint64_t slot_word_of(heap_header const& h,
+                                                    unsigned cls,
+                                                    unsigned slot) {
+  return h.slots[slot][cls];
+}
 
 /// Capacity in blocks of a slab of class `cls`.
 DEVMR_HOST_DEVICE constexpr std::uint32_t class_capacity(unsigned cls) {

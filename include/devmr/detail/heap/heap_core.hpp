@@ -790,7 +790,6 @@ class heap_core {
         atomic(bits[w]).store(0, relaxed);
       }
     }
-    atomic(m.length).store(1u, relaxed);
     atomic(m.remaining).store(class_capacity(cls), relaxed);
     atomic(m.state).store(make_state(cls, open_count | slot), relaxed);
   }

@@ -138,7 +138,7 @@ struct alignas(128) slab_meta {
   std::uint32_t remaining;  ///< blocks not yet freed (capacity at format; for a large run,
                             ///< large_run_flag | 1)
   std::uint32_t next;       ///< the run below this one on its free stack
-  std::uint32_t length;     ///< run length in slabs (heads only)
+  std::uint32_t length;     ///< run length in slabs (heads of runs only; small slabs leave it)
   std::uint32_t unused[27];
 };
 static_assert(sizeof(slab_meta) == 128);

@@ -172,7 +172,10 @@ class heap_core {
       claim_result const got = take_blocks(seen, want, cls, used_up, first);
       if (got.count != 0) {
         if (used_up) {
-          refill(slot_word, cls, slot, hint);  // the claims behind this one find the next slab
+          // Install the next slab now, so that the claims behind this one find it instead of all
+          // noticing at once that the slab is used up. The slab stays in the slot until then:
+          // the claims that find it wait for this thread as for an installing id.
+          install(cls, slot, 0, hint);
         }
         return got;
       }
@@ -188,7 +191,7 @@ class heap_core {
         seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
         continue;
       }
-      return install(slot_word, cls, slot, want, hint);
+      return install(cls, slot, want, hint);
     }
   }
 
@@ -669,7 +672,7 @@ class heap_core {
       auto slot_word = atomic(slot_word_of(*h_, cls, s));
       std::uint64_t const w = s == own ? empty_slot : slot_word.load(relaxed);
       if (!is_slab(slot_id(w)) || slot_count(w) >= capacity) {
-        continue;  // empty, being refilled or used up: nothing to take
+        continue;  // empty, being installed or used up: nothing to take
       }
       bool used_up = false;
       // acquire: as a claim's (see claim).
@@ -688,28 +691,15 @@ class heap_core {
     return {nullptr, 0};
   }
 
-  /// After a claim took the last blocks of the slab of `slot_word`: installs the next slab now,
-  /// so that the claims behind find one instead of all noticing the slab is used up at once.
-  DEVMR_HOST_DEVICE void refill(
-      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
-      unsigned cls,
-      unsigned slot,
-      unsigned hint) const {
-    // The used-up slab stays in the slot until the next one replaces it: the claims that find it
-    // wait for this thread as they would for an installing id (see claim).
-    install(slot_word, cls, slot, 0, hint);
-  }
-
-  /// Installs a slab in the slot, which this thread holds with an installing id (or with the
-  /// slab its claim used up, see refill): formats it with its first `want` blocks (at most all
-  /// but one) claimed for this thread, and publishes it. Out of slabs, the slot is left empty,
-  /// and the claim looks for room in the other slots' slabs.
-  DEVMR_HOST_DEVICE claim_result
-  install(cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
-          unsigned cls,
-          unsigned slot,
-          std::uint32_t want,
-          unsigned hint) const {
+  /// Installs a slab in slot `slot` of class `cls`, which this thread holds with an installing
+  /// id (or with the slab its claim used up, see claim): formats it with its first `want` blocks
+  /// (at most all but one) claimed for this thread, and publishes it. Out of slabs, the slot is
+  /// left empty, and the claim looks for room in the other slots' slabs.
+  DEVMR_HOST_DEVICE claim_result install(unsigned cls,
+                                         unsigned slot,
+                                         std::uint32_t want,
+                                         unsigned hint) const {
+    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
     std::uint32_t const id = acquire_run(1, hint);
     if (id == no_slab) {
       // Empty, not installing or used up: later claims go straight to the (failing) search

@@ -175,7 +175,7 @@ class heap_core {
           // Install the next slab now, so that the claims behind this one find it instead of all
           // noticing at once that the slab is used up. The slab stays in the slot until then:
           // the claims that find it wait for this thread as for an installing id.
-          install(cls, slot, 0, hint);
+          install(cls, slot, 0, hint, first);
         }
         return got;
       }
@@ -191,7 +191,7 @@ class heap_core {
         seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
         continue;
       }
-      return install(cls, slot, want, hint);
+      return install(cls, slot, want, hint, first);
     }
   }
 
@@ -695,10 +695,12 @@ class heap_core {
   /// id (or with the slab its claim used up, see claim): formats it with its first `want` blocks
   /// (at most all but one) claimed for this thread, and publishes it. Out of slabs, the slot is
   /// left empty, and the claim looks for room in the other slots' slabs.
+  /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
   DEVMR_HOST_DEVICE claim_result install(unsigned cls,
                                          unsigned slot,
                                          std::uint32_t want,
-                                         unsigned hint) const {
+                                         unsigned hint,
+                                         arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
     std::uint32_t const id = acquire_run(1, hint);
     if (id == no_slab) {
@@ -716,8 +718,8 @@ class heap_core {
     // that claim installs the next (see claim); one published used up would wait for nobody.
     std::uint32_t const capacity = class_capacity(cls);
     std::uint32_t const take = want < capacity ? want : capacity - 1;
-    std::byte* const slab = data(id);  // loaded beside format_small's loads
-    format_small(id, cls, slot);
+    std::byte* const slab = data(id, first);
+    format_small(id, cls, slot, first);
     // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
     // replaces is closed: the used-up slab, an installing id, or the slab that another
     // installer (a waiter that took over) published first.
@@ -770,9 +772,16 @@ class heap_core {
     return seen;
   }
 
-  /// Formats slab `id` (from acquire_run) for class `cls`, to be installed in slot `slot`.
-  DEVMR_HOST_DEVICE void format_small(std::uint32_t id, unsigned cls, unsigned slot) const {
-    slab_meta& m = meta(id);
+  /// Formats slab `id` (from acquire_run) for class `cls`, to be installed in slot `slot`. The
+  /// counts are stored first: with arena 0's entry at hand they need no load, and the install's
+  /// release waits for them while the flag of checked heaps is read.
+  DEVMR_HOST_DEVICE void format_small(std::uint32_t id,
+                                      unsigned cls,
+                                      unsigned slot,
+                                      arena_view const& first) const {
+    slab_meta& m = meta(id, first);
+    atomic(m.remaining).store(class_capacity(cls), relaxed);
+    atomic(m.state).store(make_state(cls, open_count | slot), relaxed);
     if (checked()) {
       std::uint64_t* bits = check_bits(id);
       std::uint32_t const words = (class_capacity(cls) + 63) / 64;
@@ -780,8 +789,6 @@ class heap_core {
         atomic(bits[w]).store(0, relaxed);
       }
     }
-    atomic(m.remaining).store(class_capacity(cls), relaxed);
-    atomic(m.state).store(make_state(cls, open_count | slot), relaxed);
   }
 
   /// Splits the free run at `id` (popped, so ours) into its first `slabs` slabs, which it

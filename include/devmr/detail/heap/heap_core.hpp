@@ -932,7 +932,10 @@ class heap_core {
   /// Takes `slabs` slabs that were never handed out from the first arena that has them.
   DEVMR_HOST_DEVICE std::uint32_t take_fresh(std::uint32_t slabs, unsigned hint) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
-    for (std::uint32_t a = 0; a < arenas; ++a) {
+    // Arena 0 is tried without waiting for the count (every heap has it, and an entry not
+    // published yet holds no slab): the reads of the table, emptied from L1 by the caller's
+    // acquires, then overlap the frontier's addition instead of preceding it.
+    for (std::uint32_t a = 0; a == 0 || a < arenas; ++a) {
       std::uint64_t const size = read_only(h_->arenas[a].slabs);
       auto frontier = atomic(h_->frontier[a]);
       // A single slab is tried without a look first (one round trip less on every install):

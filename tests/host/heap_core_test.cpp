@@ -603,10 +603,51 @@ TEST_CASE("large blocks among small ones find runs gathered from emptied slabs a
   CHECK(core.allocate_large(slab_bytes, 0) == nullptr);
 }
 
-TEST_CASE("slabs installed by waiters that gave up, and stale slots, never hand a block out twice",
+TEST_CASE("a claim whose slot's installer stalls takes the installation over", "[heap][core]") {
+  host_heap heap{{4}, false};
+  auto core = heap.core();
+  unsigned const cls = 4;  // 256 B blocks
+  std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+  // An installer swapped its id into the slot and stalls there (descheduled, never back).
+  slot = make_slot(installing_last, 0);
+  claim_result const got = core.claim(cls, 0, 3, 0);  // waits a little, then installs itself
+  REQUIRE(got.count == 3);
+  CHECK(is_slab(slot_id(slot)));
+  CHECK(slot_count(slot) == 3);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(got.first, id, offset));
+  CHECK(slot_id(slot) == id);
+  CHECK(heap.blocks_in_use() == 3);
+  // A claim takes the slab's last blocks and stalls before it installs the next: the slot keeps
+  // the used-up slab, and the claims behind wait, then one takes over.
+  std::uint32_t const capacity = class_capacity(cls);
+  std::uint64_t const last = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(capacity - 3);
+  REQUIRE(last == make_slot(id, 3));
+  claim_result const next = core.claim(cls, 0, 2, 0);
+  REQUIRE(next.count == 2);
+  std::uint32_t next_id = 0;
+  REQUIRE(core.locate(next.first, next_id, offset));
+  CHECK(next_id != id);
+  CHECK(slot == make_slot(next_id, 2));
+  CHECK(heap.blocks_in_use() == capacity + 2);
+  for (std::uint32_t i = 0; i < capacity; ++i) {  // the first slab: 3 blocks, then the rest
+    core.free_one(got.first + i * class_bytes(cls), 0);
+  }
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    core.free_one(next.first + i * class_bytes(cls), 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().arenas[0].empty_bits[0] == std::uint64_t{1} << index_of(id));
+  CHECK(heap.header().counters.invalid_frees == 0);
+}
+
+TEST_CASE("installers that stall and waiters that take over never hand a block out twice",
           "[heap][core][threads]") {
   // Many more threads than cores on one slot of a class with 8 blocks per slab: installers get
-  // descheduled, waiters give up and install their own slab, slots point at recycled slabs.
+  // descheduled, waiters give up (after 4 yields on the host) and take the installation over,
+  // and a stalled installer's late publication replaces, and closes, the slab of the one that
+  // took over.
   unsigned const threads = 16;
   host_heap heap{{48}, false};
   granule_table granules{heap};

@@ -642,6 +642,41 @@ TEST_CASE("a claim whose slot's installer stalls takes the installation over", "
   CHECK(heap.header().counters.invalid_frees == 0);
 }
 
+TEST_CASE(
+    "a stalled installer's late slab replaces the one of the waiter that took over, "
+    "which is closed",
+    "[heap][core]") {
+  host_heap heap{{4}, false};
+  auto core = heap.core();
+  unsigned const cls = 4;  // 256 B blocks
+  std::uint32_t const capacity = class_capacity(cls);
+  std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+  slot = make_slot(installing_last, 0);               // an installer stalls...
+  claim_result const got = core.claim(cls, 0, 3, 0);  // ...a waiter takes over
+  REQUIRE(got.count == 3);
+  std::uint32_t taker = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(got.first, taker, offset));
+  // The stalled installer comes back and publishes its own slab over the taker's, which has
+  // handed out 3 blocks: it is closed with that count, its other blocks given back.
+  claim_result const late = core.install(cls, 0, 1, 0, core.arena(0));
+  REQUIRE(late.count == 1);
+  std::uint32_t installer = 0;
+  REQUIRE(core.locate(late.first, installer, offset));
+  CHECK(installer != taker);
+  CHECK(slot == make_slot(installer, 1));
+  CHECK(heap.blocks_in_use() == 4);
+  std::uint64_t const& empty = heap.header().arenas[0].empty_bits[0];
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    CHECK(empty == 0);  // the taker's slab still holds blocks
+    core.free_one(got.first + i * class_bytes(cls), 0);
+  }
+  CHECK(empty == std::uint64_t{1} << index_of(taker));  // closed: its last free empties it
+  core.free_one(late.first, 0);
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(slot_count(slot) < capacity);
+}
+
 TEST_CASE("installers that stall and waiters that take over never hand a block out twice",
           "[heap][core][threads]") {
   // Many more threads than cores on one slot of a class with 8 blocks per slab: installers get

@@ -230,6 +230,42 @@ class heap_core {
     free_blocks(id, capacity - slot_count(old), 0, arena(0));
   }
 
+  /// Installs a slab in slot `slot` of class `cls`, which this thread holds with an installing
+  /// id (or with the slab its claim used up, see claim): formats it with its first `want` blocks
+  /// (at most all but one) claimed for this thread, and publishes it. Out of slabs, the slot is
+  /// left empty, and the claim looks for room in the other slots' slabs.
+  /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
+  DEVMR_HOST_DEVICE claim_result install(unsigned cls,
+                                         unsigned slot,
+                                         std::uint32_t want,
+                                         unsigned hint,
+                                         arena_view const& first) const {
+    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
+    std::uint32_t const id = acquire_run(1, hint);
+    if (id == no_slab) {
+      // Empty, not installing or used up: later claims go straight to the (failing) search
+      // instead of waiting. A slab with blocks that another installer published meanwhile stays.
+      std::uint32_t const capacity = class_capacity(cls);
+      std::uint64_t seen = slot_word.load(relaxed);
+      while (slot_id(seen) != no_slab &&
+             (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
+             !slot_word.compare_exchange_weak(seen, empty_slot, relaxed, relaxed)) {
+      }
+      return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
+    }
+    // At most all blocks but one: a slab is used up by a claim that takes its last block, and
+    // that claim installs the next (see claim); one published used up would wait for nobody.
+    std::uint32_t const capacity = class_capacity(cls);
+    std::uint32_t const take = want < capacity ? want : capacity - 1;
+    std::byte* const slab = data(id, first);
+    format_small(id, cls, slot, first);
+    // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
+    // replaces is closed: the used-up slab, an installing id, or the slab that another
+    // installer (a waiter that took over) published first.
+    close(slot_word.exchange(make_slot(id, take), release), cls);
+    return {slab, take};
+  }
+
   /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
   /// small slab is marked empty, a large run goes back on its stack. `first`: arena 0's entry.
   DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id,
@@ -689,42 +725,6 @@ class heap_core {
       }
     }
     return {nullptr, 0};
-  }
-
-  /// Installs a slab in slot `slot` of class `cls`, which this thread holds with an installing
-  /// id (or with the slab its claim used up, see claim): formats it with its first `want` blocks
-  /// (at most all but one) claimed for this thread, and publishes it. Out of slabs, the slot is
-  /// left empty, and the claim looks for room in the other slots' slabs.
-  /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
-  DEVMR_HOST_DEVICE claim_result install(unsigned cls,
-                                         unsigned slot,
-                                         std::uint32_t want,
-                                         unsigned hint,
-                                         arena_view const& first) const {
-    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    std::uint32_t const id = acquire_run(1, hint);
-    if (id == no_slab) {
-      // Empty, not installing or used up: later claims go straight to the (failing) search
-      // instead of waiting. A slab with blocks that another installer published meanwhile stays.
-      std::uint32_t const capacity = class_capacity(cls);
-      std::uint64_t seen = slot_word.load(relaxed);
-      while (slot_id(seen) != no_slab &&
-             (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
-             !slot_word.compare_exchange_weak(seen, empty_slot, relaxed, relaxed)) {
-      }
-      return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
-    }
-    // At most all blocks but one: a slab is used up by a claim that takes its last block, and
-    // that claim installs the next (see claim); one published used up would wait for nobody.
-    std::uint32_t const capacity = class_capacity(cls);
-    std::uint32_t const take = want < capacity ? want : capacity - 1;
-    std::byte* const slab = data(id, first);
-    format_small(id, cls, slot, first);
-    // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
-    // replaces is closed: the used-up slab, an installing id, or the slab that another
-    // installer (a waiter that took over) published first.
-    close(slot_word.exchange(make_slot(id, take), release), cls);
-    return {slab, take};
   }
 
   /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same

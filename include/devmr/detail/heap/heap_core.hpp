@@ -275,8 +275,8 @@ class heap_core {
     // release: the freeing threads' last writes to their blocks happen-before the slab's next
     // life. The thread that frees the last block does not acquire them (an acquire would empty
     // its SM's L1 cache): a search for a slab does, when it takes the slab (search_run, or
-    // take_marked_run for a run). A large run has one
-    // block, whose free is this one: the release of its push orders it.
+    // take_marked_run for a run). A large run has one block, whose free is this one: the
+    // release of its push orders it.
     std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, release) - count;
     if (left == large_run_flag) {
       retire(id, hint);

@@ -50,7 +50,7 @@ __global__ void free_bulk_kernel(heap_header* h, void* const* blocks, std::size_
 }
 
 /// Forgets every block: frontiers back to the start, stacks, slots and empty-slab bitmaps
-/// cleared. Slabs keep their generations (formatting reads them), so nothing else needs touching.
+/// cleared. Slab metadata stays as it is: a slab is formatted again when it is next taken.
 __global__ void reset_kernel(heap_header* h) {
   unsigned const t = threadIdx.x;
   for (unsigned a = t; a < max_arenas; a += blockDim.x) {

@@ -243,14 +243,7 @@ class heap_core {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
     std::uint32_t const id = acquire_run(1, hint);
     if (id == no_slab) {
-      // Empty, not installing or used up: later claims go straight to the (failing) search
-      // instead of waiting. A slab with blocks that another installer published meanwhile stays.
-      std::uint32_t const capacity = class_capacity(cls);
-      std::uint64_t seen = slot_word.load(relaxed);
-      while (slot_id(seen) != no_slab &&
-             (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
-             !slot_word.compare_exchange_weak(seen, empty_slot, relaxed, relaxed)) {
-      }
+      give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
       return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
     }
     // At most all blocks but one: a slab is used up by a claim that takes its last block, and
@@ -328,7 +321,11 @@ class heap_core {
     std::uint32_t const tag = state_tag(state);
     if (tag < num_classes) {
       unsigned const shift = tag + min_block_shift;
-      std::uint32_t const claimed = handed_out(id, tag, state_count(state));
+      std::uint32_t claimed = state_count(state);
+      if ((claimed & open_count) != 0) {  // a slot holds it, and counts its claims
+        claimed = handed_out(atomic(slot_word_of(*h_, tag, claimed & ~open_count)).load(relaxed),
+                             id, class_capacity(tag));
+      }
       if ((offset & ((std::size_t{1} << shift) - 1)) != 0 || (offset >> shift) >= claimed) {
         return count_misuse(h_->counters.invalid_frees);
       }
@@ -352,19 +349,6 @@ class heap_core {
       return free_check::done;
     }
     return count_misuse(tag == tag_free ? h_->counters.double_frees : h_->counters.invalid_frees);
-  }
-
-  /// How many blocks small slab `id` of class `cls` handed out in its life, from the count of its
-  /// state: a slot that holds it counts them (all of them, once it holds it no more).
-  DEVMR_HOST_DEVICE std::uint32_t handed_out(std::uint32_t id,
-                                             unsigned cls,
-                                             std::uint32_t count) const {
-    if ((count & open_count) == 0) {
-      return count;
-    }
-    std::uint64_t const w = atomic(slot_word_of(*h_, cls, count & ~open_count)).load(relaxed);
-    return slot_id(w) == id && slot_count(w) < class_capacity(cls) ? slot_count(w)
-                                                                   : class_capacity(cls);
   }
 
   /// Frees one block from one thread (host paths and tests; kernels aggregate per warp).
@@ -396,7 +380,7 @@ class heap_core {
   /// found nothing while one was (or whose remainder came back meanwhile) looks again, a bounded
   /// number of times, so that memory in flight is not reported as missing. The first search
   /// takes no snapshot of the returns (an acquire load that would hold back every load after it,
-  /// a round trip on every refill): only once it has found nothing do the careful searches begin.
+  /// a round trip on every install): only once it has found nothing do the careful searches begin.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs,
                                                              unsigned hint) const {
     if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
@@ -715,16 +699,26 @@ class heap_core {
       std::uint64_t const seen = slot_word.fetch_add(want, acquire);
       claim_result const got = take_blocks(seen, want, cls, used_up, first);
       if (used_up) {
-        std::uint64_t current = seen + want;
-        while (still_waiting(current, slot_id(seen), capacity) &&
-               !slot_word.compare_exchange_weak(current, empty_slot, relaxed, relaxed)) {
-        }
+        give_up(slot_word, seen + want, capacity);
       }
       if (got.count != 0) {
         return got;
       }
     }
     return {nullptr, 0};
+  }
+
+  /// Out of slabs: empties the slot (`seen`: what it held last) while it holds no slab with
+  /// blocks (an installing id, or a used-up slab), so that later claims go straight to the
+  /// (failing) search instead of waiting for an install. A slab with blocks that another
+  /// installer published meanwhile stays.
+  DEVMR_HOST_DEVICE static void give_up(
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
+      std::uint64_t seen,
+      std::uint32_t capacity) {
+    while (slot_id(seen) != no_slab && (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
+           !slot_word.compare_exchange_weak(seen, empty_slot, relaxed, relaxed)) {
+    }
   }
 
   /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
@@ -1062,10 +1056,8 @@ DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
     std::uint32_t unclaimed = 0;
     std::uint32_t const count = state_count(state);
     if ((count & open_count) != 0) {
-      std::uint64_t const w = slot_word_of(h, tag, count & ~open_count);
-      if (slot_id(w) == id && slot_count(w) < class_capacity(tag)) {
-        unclaimed = class_capacity(tag) - slot_count(w);
-      }
+      unclaimed = class_capacity(tag) -
+                  handed_out(slot_word_of(h, tag, count & ~open_count), id, class_capacity(tag));
     }
     if (m.remaining == 0) {
       return false;  // every block handed out and freed: an empty slab, free to take

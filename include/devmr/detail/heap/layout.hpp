@@ -119,8 +119,15 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t next_installer(std::uint32_t id) {
 
 /// Marks the count of a small slab's state while slot `count & ~open_count` of its class holds
 /// it: the blocks it handed out are in the slot's count (all of them, once the slot names
-/// another slab or counts past the capacity).
+/// another slab or counts past the capacity; see handed_out).
 inline constexpr std::uint32_t open_count = std::uint32_t{1} << 30;
+
+/// How many blocks slab `id`, whose state says slot value `w`'s slot holds it, has handed out.
+DEVMR_HOST_DEVICE constexpr std::uint32_t handed_out(std::uint64_t w,
+                                                     std::uint32_t id,
+                                                     std::uint32_t capacity) {
+  return slot_id(w) == id && slot_count(w) < capacity ? slot_count(w) : capacity;
+}
 
 /// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
 inline constexpr std::uint64_t empty_stack = no_slab;

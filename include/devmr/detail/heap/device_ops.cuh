@@ -6,6 +6,9 @@
 
 #include <devmr/detail/heap/heap_core.hpp>
 
+#include <cuda/ptx>
+#include <nv/target>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -21,6 +24,14 @@ __device__ __forceinline__ unsigned sm_id() {
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   return sm;
+}
+
+/// A release fence at device scope: `fence.release.gpu` where the target has it (sm_90), which
+/// unlike the `fence.acq_rel.gpu` of `cuda::atomic_thread_fence` leaves the L1 cache alone.
+__device__ __forceinline__ void release_fence() {
+  NV_IF_ELSE_TARGET(NV_PROVIDES_SM_90,
+                    (cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);),
+                    (cuda::atomic_thread_fence(release, cuda::thread_scope_device);))
 }
 
 /// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
@@ -93,8 +104,14 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
 
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
 __device__ inline void device_deallocate(heap_header* h, void const* p) {
+  // The release of the frees. The warp barrier orders every calling lane's last use of its
+  // block before the fence of each lane (of the lane that subtracts for it, too); the fence,
+  // followed by that lane's relaxed subtraction, publishes them to the search that acquires the
+  // slab's count. Issued first, the fence waits for the caller's load of `p` instead of
+  // following the lookup.
+  __syncwarp(__activemask());
+  release_fence();
   heap_core const core{h};
-  // Read before the first branch, so that these loads overlap the caller's load of `p`.
   heap_core::arena_view const first = core.arena(0);
   bool const checked = core.checked();
   std::uint32_t id = 0;
@@ -110,11 +127,8 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
   }
   // The threads of this warp freeing blocks of the same slab: one subtraction for all.
   unsigned const peers = __match_any_sync(__activemask(), id);
-  // Memory ordering among the peers: every peer's last use of its block happens before the
-  // leader's subtraction, whose release publishes them all.
-  __syncwarp(peers);
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
-    core.free_blocks(id, __popc(peers), sm_id(), first);
+    core.free_blocks(id, __popc(peers), sm_id(), first, relaxed);
   }
 }
 

@@ -261,16 +261,19 @@ class heap_core {
 
   /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
   /// small slab is marked empty, a large run goes back on its stack. `first`: arena 0's entry.
+  /// `order`: release, or relaxed where the caller issued a release fence since its frees'
+  /// last writes (the device path, so that the fence overlaps its load of the pointer).
   DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id,
                                      std::uint32_t count,
                                      unsigned hint,
-                                     arena_view const& first) const {
-    // release: the freeing threads' last writes to their blocks happen-before the slab's next
-    // life. The thread that frees the last block does not acquire them (an acquire would empty
-    // its SM's L1 cache): a search for a slab does, when it takes the slab (search_run, or
-    // take_marked_run for a run). A large run has one block, whose free is this one: the
-    // release of its push orders it.
-    std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, release) - count;
+                                     arena_view const& first,
+                                     cuda::std::memory_order order = release) const {
+    // release (or, relaxed, after the caller's release fence: see device_deallocate): the
+    // freeing threads' last writes to their blocks happen-before the slab's next life. The thread
+    // that frees the last block does not acquire them (an acquire would empty its SM's L1 cache): a
+    // search for a slab does, when it takes the slab (search_run, or take_marked_run for a run). A
+    // large run has one block, whose free is this one: the release of its push orders it.
+    std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, order) - count;
     if (left == large_run_flag) {
       retire(id, hint);
     } else if (left == 0) {

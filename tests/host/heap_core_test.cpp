@@ -608,8 +608,9 @@ TEST_CASE("a claim whose slot's installer stalls takes the installation over", "
   auto core = heap.core();
   unsigned const cls = 4;  // 256 B blocks
   std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
-  // An installer swapped its id into the slot and stalls there (descheduled, never back).
-  slot = make_slot(installing_last, 0);
+  // The first claim on the empty slot found it vacant, so it installs, and it stalls there
+  // (descheduled, never back).
+  slot = make_slot(no_slab, 1);
   claim_result const got = core.claim(cls, 0, 3, 0);  // waits a little, then installs itself
   REQUIRE(got.count == 3);
   CHECK(is_slab(slot_id(slot)));
@@ -642,6 +643,39 @@ TEST_CASE("a claim whose slot's installer stalls takes the installation over", "
   CHECK(heap.header().counters.invalid_frees == 0);
 }
 
+TEST_CASE("the first claim on a vacant slot installs; one that finds no slab leaves it vacant",
+          "[heap][core]") {
+  host_heap heap{{1}, false};
+  auto core = heap.core();
+  unsigned const cls = 4;  // 256 B blocks
+  std::uint32_t const capacity = class_capacity(cls);
+  std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+  REQUIRE(is_vacant(slot));
+  claim_result const got = core.claim(cls, 0, capacity, 0);  // all but one: see install
+  REQUIRE(got.count == capacity - 1);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(got.first, id, offset));
+  CHECK(slot == make_slot(id, capacity - 1));
+  // The last block uses the slab up; its claim installs, finds no slab (the heap has one), and
+  // leaves the slot vacant under the next installing id, so that waiters claim again.
+  claim_result const last = core.claim(cls, 0, 2, 0);
+  CHECK(last.count == 1);
+  CHECK(is_vacant(slot));
+  CHECK(slot_id(slot) == installing_last);
+  CHECK(core.claim(cls, 0, 1, 0).count == 0);  // the next claim searches in its turn, in vain
+  CHECK(is_vacant(slot));
+  CHECK(slot_id(slot) == installing_last - 1);
+  for (std::uint32_t i = 0; i < capacity; ++i) {
+    core.free_one(got.first + i * class_bytes(cls), 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  claim_result const again = core.claim(cls, 0, 5, 0);  // the first claim installs the slab
+  REQUIRE(again.count == 5);
+  CHECK(again.first == got.first);
+  CHECK(slot == make_slot(id, 5));
+}
+
 TEST_CASE(
     "a stalled installer's late slab replaces the one of the waiter that took over, "
     "which is closed",
@@ -651,7 +685,7 @@ TEST_CASE(
   unsigned const cls = 4;  // 256 B blocks
   std::uint32_t const capacity = class_capacity(cls);
   std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
-  slot = make_slot(installing_last, 0);               // an installer stalls...
+  slot = make_slot(installing_last, 1);               // an installer that took over stalls...
   claim_result const got = core.claim(cls, 0, 3, 0);  // ...a waiter takes over
   REQUIRE(got.count == 3);
   std::uint32_t taker = 0;

@@ -10,11 +10,11 @@
 //    atomic, and the value it gets back says which slab and which of its blocks are its own.
 //    Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
 //  - When a slot's slab runs out, one thread (the one whose claim took its last blocks, or the
-//    first to swap an installing id into an empty slot) installs the next; the others wait for
-//    it, but only for a bounded time (~300 us on the device), then one of them takes the
-//    installation over (and the others wait for that one). No thread ever waits without bound on
-//    another: every other wait is a CAS retry that fails only because another thread made
-//    progress. Whoever swaps a slab out of its slot ends its claims (close).
+//    first claim on a vacant slot, whose addition found a count of zero) installs the next; the
+//    others wait for it, but only for a bounded time (~300 us on the device), then one of them
+//    takes the installation over (and the others wait for that one). No thread ever waits
+//    without bound on another: every other wait is a CAS retry that fails only because another
+//    thread made progress. Whoever swaps a slab out of its slot ends its claims (close).
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
 //    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
 //    atomic OR; no other thread waits for it), a large run goes back on a free stack.
@@ -179,14 +179,15 @@ class heap_core {
         }
         return got;
       }
-      // The slab is used up (the claim that took its last blocks installs the next), the next
-      // is being installed, or the slot is empty (the heap ran out of slabs). Wait for the
-      // installer, but never without bound: after a while one waiter takes the installation
-      // over, so a descheduled installer holds nobody up, and the others wait for that one.
-      std::uint32_t const id = slot_id(seen);
-      if (id != no_slab) {
-        seen = wait_for_install(slot_word, seen, capacity);
+      if (is_vacant(seen)) {  // the first claim since the slot lost its slab installs
+        return install(cls, slot, want, hint, first);
       }
+      // The slab is used up (the claim that took its last blocks installs the next) or the next
+      // is being installed. Wait for the installer, but never without bound: after a while one
+      // waiter takes the installation over, so a descheduled installer holds nobody up, and the
+      // others wait for that one.
+      std::uint32_t const id = slot_id(seen);
+      seen = wait_for_install(slot_word, seen, capacity);
       if (!still_waiting(seen, id, capacity) || !take_over(slot_word, seen, id, capacity)) {
         seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
         continue;
@@ -711,21 +712,24 @@ class heap_core {
     return {nullptr, 0};
   }
 
-  /// Out of slabs: empties the slot (`seen`: what it held last) while it holds no slab with
-  /// blocks (an installing id, or a used-up slab), so that later claims go straight to the
-  /// (failing) search instead of waiting for an install. A slab with blocks that another
-  /// installer published meanwhile stays.
+  /// Out of slabs: leaves the slot vacant under the next installing id (`seen`: what it held
+  /// last) while it holds no slab with blocks (a claimed vacancy, an installing id, or a used-up
+  /// slab), so that the claims waiting for this install claim again, and the first of them
+  /// searches in turn. A slab with blocks that another installer published meanwhile stays, and
+  /// so does a vacancy nobody has claimed.
   DEVMR_HOST_DEVICE static void give_up(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
       std::uint64_t seen,
       std::uint32_t capacity) {
-    while (slot_id(seen) != no_slab && (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
-           !slot_word.compare_exchange_weak(seen, empty_slot, relaxed, relaxed)) {
+    while (!is_vacant(seen) && (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
+           !slot_word.compare_exchange_weak(seen, make_slot(next_installer(slot_id(seen)), 0),
+                                            relaxed, relaxed)) {
     }
   }
 
   /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
-  /// installer, the empty slot, or slab `id` used up (not formatted and installed here again).
+  /// installer (an installing id, or no_slab while its vacancy is claimed), or slab `id` used up
+  /// (not formatted and installed here again).
   DEVMR_HOST_DEVICE static bool still_waiting(std::uint64_t w,
                                               std::uint32_t id,
                                               std::uint32_t capacity) {
@@ -740,7 +744,8 @@ class heap_core {
       std::uint32_t id,
       std::uint32_t capacity) {
     while (still_waiting(seen, id, capacity)) {
-      if (slot_word.compare_exchange_weak(seen, make_slot(next_installer(id), 0), relaxed,
+      // A count of one: the slot is not vacant, the taker's claim is in it.
+      if (slot_word.compare_exchange_weak(seen, make_slot(next_installer(id), 1), relaxed,
                                           relaxed)) {
         return true;
       }
@@ -749,8 +754,8 @@ class heap_core {
   }
 
   /// Waits a bounded time for the thread installing the slot's next slab (the slot holds `seen`:
-  /// an installing id or a used-up slab); returns what the slot holds then (what still_waiting
-  /// accepts if it took too long).
+  /// an installing id, a claimed vacancy or a used-up slab); returns what the slot holds then
+  /// (what still_waiting accepts if it took too long).
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
       std::uint64_t seen,

@@ -83,14 +83,16 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
 /// A current-slab slot: slab id (high 32 bits) | claim count (low 32 bits). A claim adds the
 /// blocks it wants to the whole word, one atomic: the value it gets back names the slab and the
 /// first block that is its own (none when the count is at or past the slab's capacity). Ids
-/// that name no slab say that the slot is empty (no_slab) or that a thread installs its next
-/// slab (the installing ids below); claims add to them harmlessly, and whoever replaces them
-/// discards the count.
+/// that name no slab (no_slab and the installing ids below) say that the slot has no slab to
+/// claim from. With a count of zero the slot is vacant: the claim whose addition finds the zero
+/// is the one that installs the next slab, with no other atomic to elect it; the claims behind
+/// it find a count above zero and wait for it. Whoever replaces such a value discards the count.
 inline constexpr std::uint64_t empty_slot = std::uint64_t{no_slab} << 32;
-/// Ids from `installing_first` to `installing_last` say that one thread is installing the
-/// slot's next slab; others wait for it, for a bounded time. A waiter that waited too long takes
-/// the installation over by swapping in the next id (they count down), and the others wait for
-/// it in turn: a stalled installer costs one slab more, not one per waiting warp.
+/// Ids from `installing_first` to `installing_last` tell one installation from the next, so that
+/// the claims waiting for one see it end. A waiter that waited too long takes the installation
+/// over by swapping in the next id (they count down), and the others wait for it in turn: a
+/// stalled installer costs one slab more, not one per waiting warp. An installer that finds no
+/// slab leaves the slot vacant under the next id, and the waiters claim again.
 inline constexpr std::uint32_t installing_last = no_slab - 1;
 inline constexpr std::uint32_t installing_first = no_slab - ((std::uint32_t{1} << 16) - 1);
 
@@ -111,6 +113,10 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t slot_count(std::uint64_t w) {
 /// True when a slot's id names a slab.
 DEVMR_HOST_DEVICE constexpr bool is_slab(std::uint32_t id) {
   return id < installing_first;
+}
+/// True when slot value `w` is vacant: no slab, and no claim since (see empty_slot).
+DEVMR_HOST_DEVICE constexpr bool is_vacant(std::uint64_t w) {
+  return !is_slab(slot_id(w)) && slot_count(w) == 0;
 }
 /// The installing id that takes over from `id` (an installing id, a used-up slab, or empty).
 DEVMR_HOST_DEVICE constexpr std::uint32_t next_installer(std::uint32_t id) {

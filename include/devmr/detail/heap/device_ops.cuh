@@ -104,12 +104,12 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
 
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
 __device__ inline void device_deallocate(heap_header* h, void const* p) {
-  // The release of the frees. The warp barrier orders every calling lane's last use of its
-  // block before the fence of each lane (of the lane that subtracts for it, too); the fence,
-  // followed by that lane's relaxed subtraction, publishes them to the search that acquires the
-  // slab's count. Issued first, the fence waits for the caller's load of `p` instead of
-  // following the lookup.
-  __syncwarp(__activemask());
+  // The release of the frees. The warp barrier orders the last use of every calling lane's block
+  // before the fence of each of them, so of the lane that will subtract for it; that fence and
+  // the relaxed subtraction after it publish them to the search that acquires the slab's count.
+  // Issued first, the fence waits for the caller's load of `p` instead of following the lookup.
+  unsigned const callers = __activemask();
+  __syncwarp(callers);
   release_fence();
   heap_core const core{h};
   heap_core::arena_view const first = core.arena(0);
@@ -127,8 +127,13 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
   }
   // The threads of this warp freeing blocks of the same slab: one subtraction for all.
   unsigned const peers = __match_any_sync(__activemask(), id);
+  __syncwarp(peers);
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
-    core.free_blocks(id, __popc(peers), sm_id(), first, relaxed);
+    // A peer that did not pass the barrier with this lane (the warp came together again in
+    // between, which the hardware may do) is ordered by the barrier just passed, after this
+    // lane's fence: then the subtraction itself is the release.
+    bool const fenced = (peers & ~callers) == 0;
+    core.free_blocks(id, __popc(peers), sm_id(), first, fenced ? relaxed : release);
   }
 }
 

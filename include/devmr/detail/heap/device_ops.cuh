@@ -127,12 +127,15 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
   }
   // The threads of this warp freeing blocks of the same slab: one subtraction for all.
   unsigned const peers = __match_any_sync(__activemask(), id);
-  __syncwarp(peers);
+  // Peers that did not pass the barrier together (the warp came together again in between,
+  // which the hardware may do; every peer then sees it, as lanes that passed it together have
+  // the same `callers`) are ordered by a barrier of their own, after the fences: then the
+  // subtraction itself is the release.
+  bool const fenced = (peers & ~callers) == 0;
+  if (!fenced) {
+    __syncwarp(peers);
+  }
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
-    // A peer that did not pass the barrier with this lane (the warp came together again in
-    // between, which the hardware may do) is ordered by the barrier just passed, after this
-    // lane's fence: then the subtraction itself is the release.
-    bool const fenced = (peers & ~callers) == 0;
     core.free_blocks(id, __popc(peers), sm_id(), first, fenced ? relaxed : release);
   }
 }

@@ -589,6 +589,57 @@ TEST_CASE("reset frees every block at once", "[heap][gpu]") {
   allocate_verify_free(heap, table, 0, 16);
 }
 
+/// Each thread allocates a block (a warp's blocks share a slab) and tags it; then the lanes of
+/// each warp free theirs in four turns, a different quarter of the warp first in each warp, with
+/// a pause between turns: every free comes from part of a warp, and the blocks of one slab come
+/// back at different times. Counts null blocks and broken tags.
+__global__ void staggered_frees(devmr::slab_ref<> ref,
+                                std::size_t bytes,
+                                unsigned long long* errors) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  auto* const p = static_cast<std::uint32_t*>(ref.allocate(bytes));
+  if (p == nullptr) {
+    atomicAdd(&errors[0], 1ull);
+    return;
+  }
+  write_tags(p, bytes, i);
+  for (unsigned turn = 0; turn < 4; ++turn) {
+    if ((threadIdx.x + i / 32) % 4 == turn) {
+      auto const* last =
+          reinterpret_cast<std::uint32_t const*>(reinterpret_cast<char*>(p) + last_word(bytes));
+      if (*p != i || *last != ~i) {
+        atomicAdd(&errors[1], 1ull);
+      }
+      ref.deallocate(p, bytes);
+    }
+    __nanosleep(200);
+  }
+}
+
+TEST_CASE("frees from parts of warps, at different times, each give back one block",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 3 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 2 * gib}};
+  unsigned long long* errors = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&errors, 2 * sizeof(unsigned long long)));
+  for (std::size_t bytes : {std::size_t{16}, std::size_t{256}, std::size_t{4096}}) {
+    for (int run = 0; run < 3; ++run) {  // later runs take the slabs the earlier ones emptied
+      errors[0] = errors[1] = 0;
+      staggered_frees<<<(1u << 18) / 256, 256>>>(heap.ref(), bytes, errors);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      INFO("bytes " << bytes << ", run " << run);
+      CHECK(errors[0] == 0);
+      CHECK(errors[1] == 0);
+      auto const s = heap.stats();
+      CHECK(s.blocks_in_use == 0);
+      CHECK(s.invalid_frees == 0);
+    }
+  }
+  block_table table{1u << 18};  // and the recycled slabs hand out every block once
+  allocate_verify_free(heap, table, 0, 16);
+  cudaFree(errors);
+}
+
 TEST_CASE("tight churn, run after run, leaves no block behind", "[heap][gpu]") {
   // No pause between allocating and freeing: warps free while their neighbours claim, and warps
   // straddle two slabs often. Every run must end with every block back (a free that a warp's

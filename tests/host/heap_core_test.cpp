@@ -603,11 +603,24 @@ TEST_CASE("large blocks among small ones find runs gathered from emptied slabs a
   CHECK(core.allocate_large(slab_bytes, 0) == nullptr);
 }
 
-TEST_CASE("a claim whose slot's installer stalls takes the installation over", "[heap][core]") {
-  host_heap heap{{4}, false};
-  auto core = heap.core();
-  unsigned const cls = 4;  // 256 B blocks
+namespace {
+
+/// Slot 0 of the class of 256 B blocks in a heap of `Slabs` slabs, for the tests that set the
+/// slot word by hand.
+template <std::uint64_t Slabs>
+struct one_slot {
+  static constexpr unsigned cls = 4;  // 256 B blocks
+  host_heap heap{{Slabs}, false};
+  heap_core core = heap.core();
+  std::uint32_t const capacity = class_capacity(cls);
   std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(one_slot<4>,
+                 "a claim whose slot's installer stalls takes the installation over",
+                 "[heap][core]") {
   // The first claim on the empty slot found it vacant, so it installs, and it stalls there
   // (descheduled, never back).
   slot = make_slot(no_slab, 1);
@@ -622,7 +635,6 @@ TEST_CASE("a claim whose slot's installer stalls takes the installation over", "
   CHECK(heap.blocks_in_use() == 3);
   // A claim takes the slab's last blocks and stalls before it installs the next: the slot keeps
   // the used-up slab, and the claims behind wait, then one takes over.
-  std::uint32_t const capacity = class_capacity(cls);
   std::uint64_t const last = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(capacity - 3);
   REQUIRE(last == make_slot(id, 3));
   claim_result const next = core.claim(cls, 0, 2, 0);
@@ -643,13 +655,10 @@ TEST_CASE("a claim whose slot's installer stalls takes the installation over", "
   CHECK(heap.header().counters.invalid_frees == 0);
 }
 
-TEST_CASE("the first claim on a vacant slot installs; one that finds no slab leaves it vacant",
-          "[heap][core]") {
-  host_heap heap{{1}, false};
-  auto core = heap.core();
-  unsigned const cls = 4;  // 256 B blocks
-  std::uint32_t const capacity = class_capacity(cls);
-  std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+TEST_CASE_METHOD(one_slot<1>,
+                 "the first claim on a vacant slot installs; one that finds no slab leaves it "
+                 "vacant",
+                 "[heap][core]") {
   REQUIRE(is_vacant(slot));
   claim_result const got = core.claim(cls, 0, capacity, 0);  // all but one: see install
   REQUIRE(got.count == capacity - 1);
@@ -676,15 +685,10 @@ TEST_CASE("the first claim on a vacant slot installs; one that finds no slab lea
   CHECK(slot == make_slot(id, 5));
 }
 
-TEST_CASE(
-    "a stalled installer's late slab replaces the one of the waiter that took over, "
-    "which is closed",
-    "[heap][core]") {
-  host_heap heap{{4}, false};
-  auto core = heap.core();
-  unsigned const cls = 4;  // 256 B blocks
-  std::uint32_t const capacity = class_capacity(cls);
-  std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+TEST_CASE_METHOD(one_slot<4>,
+                 "a stalled installer's late slab replaces the one of the waiter that took over, "
+                 "which is closed",
+                 "[heap][core]") {
   slot = make_slot(installing_last, 1);               // an installer that took over stalls...
   claim_result const got = core.claim(cls, 0, 3, 0);  // ...a waiter takes over
   REQUIRE(got.count == 3);

@@ -231,10 +231,11 @@ class heap_core {
     free_blocks(id, capacity - slot_count(old), 0, arena(0));
   }
 
-  /// Installs a slab in slot `slot` of class `cls`, which this thread holds with an installing
-  /// id (or with the slab its claim used up, see claim): formats it with its first `want` blocks
-  /// (at most all but one) claimed for this thread, and publishes it. Out of slabs, the slot is
-  /// left empty, and the claim looks for room in the other slots' slabs.
+  /// Installs a slab in slot `slot` of class `cls`, which this thread holds (its claim found the
+  /// slot vacant or used its slab up, or it took the installation over; see claim): formats it
+  /// with its first `want` blocks (at most all but one) claimed for this thread, and publishes
+  /// it. Out of slabs, the slot is left vacant (see give_up), and the claim looks for room in the
+  /// other slots' slabs.
   /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
   DEVMR_HOST_DEVICE claim_result install(unsigned cls,
                                          unsigned slot,
@@ -685,7 +686,7 @@ class heap_core {
   }
 
   /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
-  /// A claim that uses such a slab up empties its slot (there is no slab to install).
+  /// A claim that uses such a slab up leaves its slot vacant (there is no slab to install).
   DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls,
                                                       unsigned own,
                                                       std::uint32_t want) const {

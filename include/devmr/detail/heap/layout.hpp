@@ -34,10 +34,10 @@ inline constexpr unsigned max_slots = 256;
 /// `slab_shards` stacks, so that SMs do not meet on one word. A small slab whose blocks were all
 /// freed is only marked, by a bit of its arena's bitmap (see arena_desc::empty_bits): the free
 /// that empties it costs one more atomic (its result says whether to set the summary bit too),
-/// and no other thread waits for it. A search for a slab takes a whole
-/// word of marks at once, keeps one slab and pushes the others on its own stack. A search for a
-/// run that no stack can serve marks every free run and slab there too, and looks for marks in a
-/// row: that is how free slabs merge into long runs.
+/// and no other thread waits for it. A search for a slab takes a whole word of marks at once,
+/// keeps one slab and pushes the others on its own stack. A search for a run that no stack can
+/// serve marks every free run and slab there too, and looks for marks in a row: that is how free
+/// slabs merge into long runs.
 inline constexpr unsigned run_classes = 32;
 inline constexpr unsigned slab_shards = 128;
 /// Shards looked at together when a thread's own shard is empty.

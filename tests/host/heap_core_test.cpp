@@ -359,7 +359,8 @@ TEST_CASE("a full heap finds the slabs emptied anywhere in its bitmaps", "[heap]
   REQUIRE(again.size() == 6);
   CHECK(heap.blocks_in_use() == blocks.size() - 6);
   auto const& arena = heap.header().arenas[1];
-  CHECK(arena.empty_bits[empty_bitmap_words(arena.slabs)] == 1u << 2);  // summary: word 2
+  CHECK(arena.empty_bits[empty_word_index(empty_bitmap_words(arena.slabs))] ==
+        1u << 2);  // summary: word 2
   std::vector<void*> got_back;
   for (int i = 0; i < 6; ++i) {  // from any slot: the slabs are found, formatted, handed out
     claim_result const got = core.claim(cls, 3, 1, 77);
@@ -388,7 +389,7 @@ TEST_CASE("a search takes a whole word of empty slabs and keeps the rest on its 
   }
   auto const& h = heap.header();
   CHECK(h.arenas[0].empty_bits[0] == ~std::uint64_t{0});
-  CHECK(h.arenas[0].empty_bits[1] == (std::uint64_t{1} << 6) - 1);
+  CHECK(h.arenas[0].empty_bits[empty_word_index(1)] == (std::uint64_t{1} << 6) - 1);
   CHECK(heap.blocks_in_use() == 0);
   // One search through another slot (and SM): it takes word 0 whole, keeps one slab and puts the
   // other 63 on its SM's stack.

@@ -510,17 +510,16 @@ class heap_core {
   DEVMR_HOST_DEVICE std::uint32_t find_marked_run(std::uint32_t slabs) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
     DEVMR_ROLLED for (std::uint32_t a = 0; a < arenas; ++a) {
-      std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
       auto const words = static_cast<std::uint32_t>(bitmap_words(a));
       std::uint32_t start = 0;  // the row of marks seen last: its first slab and its length
       std::uint32_t length = 0;
       DEVMR_ROLLED for (std::uint32_t w = 0; w < words; ++w) {
-        if (w % 64 == 0 && atomic(bits[words + w / 64]).load(relaxed) == 0) {
+        if (w % 64 == 0 && atomic(empty_word(a, words + w / 64)).load(relaxed) == 0) {
           length = 0;
           w += 63;  // 64 bare words
           continue;
         }
-        std::uint64_t const marks = atomic(bits[w]).load(relaxed);
+        std::uint64_t const marks = atomic(empty_word(a, w)).load(relaxed);
         DEVMR_ROLLED for (unsigned b = 0; b < 64;) {
           std::uint64_t const rest = marks >> b;
           if ((rest & 1) == 0) {
@@ -549,7 +548,6 @@ class heap_core {
   /// Clears the marks of slabs [id, id + slabs) if they are all set, word by word; puts back the
   /// ones it cleared when one is gone. Counted in flight meanwhile (see acquire_run).
   DEVMR_HOST_DEVICE bool take_marked_run(std::uint32_t id, std::uint32_t slabs) const {
-    std::uint64_t* const bits = read_only(h_->arenas[arena_of(id)].empty_bits);
     std::uint32_t const first = index_of(id);
     std::uint32_t const end = first + slabs;
     begin_in_flight();
@@ -557,7 +555,7 @@ class heap_core {
     bool taken = true;
     DEVMR_ROLLED for (; w * 64 < end && taken; ++w) {
       std::uint64_t const mask = marks_between(w, first, end);
-      auto word = atomic(bits[w]);
+      auto word = atomic(empty_word(arena_of(id), w));
       std::uint64_t seen = word.load(relaxed);
       // acq_rel: pairs with the release of the marks, as take_word's exchange does.
       while ((seen & mask) == mask && !word.compare_exchange_weak(seen, seen & ~mask, acq_rel)) {
@@ -843,17 +841,16 @@ class heap_core {
   DEVMR_HOST_DEVICE std::uint32_t find_marked_word(unsigned hint) const {
     std::uint32_t const arenas = read_only(h_->arena_count);
     for (std::uint32_t a = 0; a < arenas; ++a) {
-      std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
       auto const words = static_cast<std::uint32_t>(bitmap_words(a));
       std::uint32_t const summaries = (words + 63) / 64;
       for (std::uint32_t n = 0; n < summaries; ++n) {
         std::uint32_t const w = (hint + n) % summaries * 64;  // SMs start apart
-        auto summary = atomic(bits[words + w / 64]);
+        auto summary = atomic(empty_word(a, words + w / 64));
         for (std::uint64_t marked = summary.load(relaxed); marked != 0; marked &= marked - 1) {
           std::uint32_t const word = w + static_cast<std::uint32_t>(cuda::std::countr_zero(marked));
           // acquire: a search that sees the word emptied by an exchange also sees the in-flight
           // count the taker raised before it (see take_word).
-          if (atomic(bits[word]).load(acquire) != 0) {
+          if (atomic(empty_word(a, word)).load(acquire) != 0) {
             return make_slab_id(a, word);
           }
           // A bare word: clear its summary bit, then look again, since a slab marked meanwhile
@@ -861,7 +858,7 @@ class heap_core {
           // mark, so that the second look sees the mark of any such slab.
           std::uint64_t const bit = std::uint64_t{1} << (word % 64);
           summary.fetch_and(~bit, acquire);
-          if (atomic(bits[word]).load(acquire) != 0) {
+          if (atomic(empty_word(a, word)).load(acquire) != 0) {
             summary.fetch_or(bit, relaxed);
             return make_slab_id(a, word);
           }
@@ -869,6 +866,11 @@ class heap_core {
       }
     }
     return no_slab;
+  }
+
+  /// Word `w` of arena `a`'s bitmap of empty slabs (of its summary, from bitmap_words(a) on).
+  DEVMR_HOST_DEVICE std::uint64_t& empty_word(std::uint32_t a, std::uint64_t w) const {
+    return read_only(h_->arenas[a].empty_bits)[empty_word_index(w)];
   }
 
   /// Words of arena `a`'s bitmap of empty slabs (its summary follows them).
@@ -881,7 +883,7 @@ class heap_core {
   /// meanwhile, as a run being split is: a search that finds the word bare and the stacks empty
   /// before the push looks again (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t take_word(std::uint32_t a, std::uint32_t w, unsigned hint) const {
-    auto word = atomic(read_only(h_->arenas[a].empty_bits)[w]);
+    auto word = atomic(empty_word(a, w));
     // acquire: a search that sees the word emptied by an exchange also sees the in-flight count
     // the taker raised before it.
     if (word.load(acquire) == 0) {
@@ -923,12 +925,12 @@ class heap_core {
 
   /// Sets `marks` in word `w` of arena `a`'s bitmap (and the word's summary bit, if it was bare).
   DEVMR_HOST_DEVICE void mark(std::uint32_t a, std::uint64_t w, std::uint64_t marks) const {
-    std::uint64_t* const bits = read_only(h_->arenas[a].empty_bits);
     // release: orders the caller's subtraction (or pop) before the mark, so that whoever takes
     // the mark reads the count it left (see search_run).
-    if (atomic(bits[w]).fetch_or(marks, release) == 0) {
+    if (atomic(empty_word(a, w)).fetch_or(marks, release) == 0) {
       // release: whoever sees the summary bit sees the mark.
-      atomic(bits[bitmap_words(a) + w / 64]).fetch_or(std::uint64_t{1} << (w % 64), release);
+      atomic(empty_word(a, bitmap_words(a) + w / 64))
+          .fetch_or(std::uint64_t{1} << (w % 64), release);
     }
   }
 

@@ -160,10 +160,22 @@ static_assert(sizeof(slab_meta) == 128);
 DEVMR_HOST_DEVICE constexpr std::uint64_t empty_bitmap_words(std::uint64_t slabs) {
   return (slabs + 63) / 64;
 }
+/// The words of the bitmaps of empty slabs lie one to a 128-byte line. A kernel that frees every
+/// block empties neighbouring slabs at about the same time, and the L2 queues atomics on one line:
+/// with 16 words to a line, 2^22 threads freeing 4 KiB blocks (16384 slabs emptied, on 16 lines)
+/// ran at 0.31x of the floor, against 0.39x with one word to a line (bench/RESULTS.md, seventh
+/// session). The bitmaps take 2 bytes per slab of 1 MiB.
+inline constexpr std::uint64_t empty_word_stride = 128 / sizeof(std::uint64_t);
+/// Where word `w` of an arena's bitmap of empty slabs lies in `arena_desc::empty_bits`; the words
+/// of the summary follow those of the bitmap.
+DEVMR_HOST_DEVICE constexpr std::uint64_t empty_word_index(std::uint64_t w) {
+  return w * empty_word_stride;
+}
 /// Words an arena keeps for its empty slabs: the bitmap, then a summary of it with one bit per
-/// bitmap word (set when the word may have marks), so that a search skips 4096 slabs a load.
+/// bitmap word (set when the word may have marks), so that a search skips 4096 slabs a load;
+/// each word alone in its line (see empty_word_stride).
 DEVMR_HOST_DEVICE constexpr std::uint64_t empty_words(std::uint64_t slabs) {
-  return empty_bitmap_words(slabs) + (empty_bitmap_words(slabs) + 63) / 64;
+  return empty_word_index(empty_bitmap_words(slabs) + (empty_bitmap_words(slabs) + 63) / 64);
 }
 
 /// One arena: a slab-aligned range of memory taken from the pool, with its metadata. Written by

@@ -692,6 +692,37 @@ TEST_CASE("checked heaps record invalid and double frees; check throws heap_erro
   cudaFree(blocks);
 }
 
+TEST_CASE("checked heaps reject frees of blocks from before a reset", "[heap][gpu]") {
+  // Every block of a 64-slab heap is handed out, the heap reset, and the old pointers freed.
+  // Their slabs were not handed out since the reset: metadata from before it must not pass them
+  // for blocks, or the slabs would be marked empty while the frontier hands them out as well.
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 256 * mib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 64 * mib, .checked = true}};
+  std::uint32_t const fits = 64 * 1024;  // 1 KiB blocks
+  block_table old{fits};
+  allocate_all<<<old.grid(), 256>>>(heap.ref(), old.blocks, old.sizes, old.n, 1024, 16);
+  auto const first = old.verify(16);
+  REQUIRE(first.overlaps == 0);
+  heap.reset();
+  free_all<<<old.grid(), 256>>>(heap.ref(), old.blocks, old.sizes, old.n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  auto const s = heap.stats();
+  CHECK(s.invalid_frees == fits - first.null);
+  CHECK(s.double_frees == 0);
+  CHECK(s.blocks_in_use == 0);
+  // Twice what the heap holds: the slabs go out once each, so no two blocks overlap.
+  block_table twice{2 * fits};
+  allocate_all<<<twice.grid(), 256>>>(heap.ref(), twice.blocks, twice.sizes, twice.n, 1024, 16);
+  auto const r = twice.verify(16);
+  CHECK(r.overlaps == 0);
+  CHECK(r.bad == 0);
+  CHECK(r.null >= fits);
+  free_all<<<twice.grid(), 256>>>(heap.ref(), twice.blocks, twice.sizes, twice.n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(heap.stats().blocks_in_use == 0);
+  CHECK_THROWS_AS(heap.check(), devmr::heap_error);  // the rejected frees are reported
+}
+
 TEST_CASE("host threads and kernels use one heap at once", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};

@@ -464,6 +464,26 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
   CHECK(heap.blocks_in_use() == 0);
 }
 
+TEST_CASE("checked heaps reject frees into slabs not handed out since a reset", "[heap][core]") {
+  // What a reset leaves behind: slab 2, past the frontier, with the metadata of a slab of 64-byte
+  // blocks that handed out 5 and the bit of its first block set.
+  host_heap heap{{4}, true};
+  auto core = heap.core();
+  REQUIRE(core.claim(2, 0, 1, 0).count == 1);  // slab 0 is handed out; the frontier is at 1
+  REQUIRE(heap.header().frontier[0] == 1);
+  std::uint32_t const stale = make_slab_id(0, 2);
+  slab_meta& m = heap.header().arenas[0].meta[2];
+  m.state = make_state(2, 5);
+  m.remaining = 1;  // the free would empty it, were it trusted
+  core.check_bits(stale)[0] = 1;
+  core.free_one(core.data(stale), 0);
+  CHECK(heap.header().counters.invalid_frees == 1);
+  CHECK(heap.header().counters.double_frees == 0);
+  CHECK(m.remaining == 1);
+  CHECK(core.check_bits(stale)[0] == 1);
+  CHECK(heap.header().arenas[0].empty_bits[0] == 0);  // not marked empty
+}
+
 namespace {
 
 /// Each thread claims groups of blocks (like a warp's aggregated claim) of random classes, large

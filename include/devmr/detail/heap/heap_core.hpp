@@ -321,6 +321,12 @@ class heap_core {
   DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id,
                                           std::size_t offset,
                                           unsigned hint) const {
+    // A slab past its arena's frontier was not handed out since the heap began or was reset: its
+    // metadata may be from before the reset, and must not be trusted (a pointer from then would
+    // pass for a block, and its free could mark the slab empty while the frontier hands it out).
+    if (index_of(id) >= atomic(h_->frontier[arena_of(id)]).load(relaxed)) {
+      return count_misuse(h_->counters.invalid_frees);
+    }
     slab_meta& m = meta(id);
     std::uint64_t const state = atomic(m.state).load(acquire);
     std::uint32_t const tag = state_tag(state);

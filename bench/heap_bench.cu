@@ -31,6 +31,8 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -345,22 +347,68 @@ bool row_failed(row const& r) {
   return false;
 }
 
+/// The size argument of a row selected by --row that stands for the churn row of its thread count.
+constexpr unsigned churn_row = ~0u;
+
 struct options {
   bool quick = false;
   bool no_malloc = false;
   bool no_reset = false;
+  std::vector<std::pair<unsigned, unsigned>>
+      only;                ///< --row: (threads, size argument or churn_row)
+  std::string only_flags;  ///< those --row arguments, as given
+
+  /// True when the row of `threads` and `size_arg` runs: every row, or the ones --row names.
+  [[nodiscard]] bool runs(unsigned threads, unsigned size_arg) const {
+    return only.empty() ||
+           std::find(only.begin(), only.end(), std::pair{threads, size_arg}) != only.end();
+  }
 };
 
 [[noreturn]] void usage(char const* argv0, int status) {
   std::fprintf(
       status == 0 ? stdout : stderr,
-      "usage: %s [--quick] [--no-malloc] [--no-reset]\n"
+      "usage: %s [--quick] [--no-malloc] [--no-reset] [--row T:S]...\n"
       "  --quick      only 2^20 threads, 3 runs per phase instead of 5\n"
       "  --no-malloc  leave out CUDA's device malloc\n"
       "  --no-reset   devmr: reset the heap once per row, not before every run (later runs\n"
-      "               then take recycled slabs instead of fresh ones)\n",
+      "               then take recycled slabs instead of fresh ones)\n"
+      "  --row T:S    only this row (repeatable): T = 16, 20 or 22 (2^T threads), S = 16, 64,\n"
+      "               256, 1024, 4096, mixed or churn; for profiling one row, or comparing "
+      "builds\n",
       argv0);
   std::exit(status);
+}
+
+/// The block sizes of the rows, in the order they run (mixed last).
+constexpr unsigned row_sizes[] = {16, 64, 256, 1024, 4096, mixed_size};
+
+/// A row named on the command line as T:S (see usage); nothing when it names no row.
+std::optional<std::pair<unsigned, unsigned>> parse_row(std::string_view text) {
+  auto const colon = text.find(':');
+  if (colon == std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::string_view const t = text.substr(0, colon);
+  std::string_view const s = text.substr(colon + 1);
+  unsigned threads = 0;
+  if (t == "16" || t == "20" || t == "22") {
+    threads = 1u << (t == "16" ? 16 : t == "20" ? 20 : 22);
+  } else {
+    return std::nullopt;
+  }
+  if (s == "churn") {
+    return std::pair{threads, churn_row};
+  }
+  if (s == "mixed") {
+    return std::pair{threads, mixed_size};
+  }
+  for (unsigned const size : row_sizes) {
+    if (size != mixed_size && s == std::to_string(size)) {
+      return std::pair{threads, size};
+    }
+  }
+  return std::nullopt;
 }
 
 std::string size_label(unsigned size_arg) {
@@ -789,8 +837,9 @@ int run(options const& opts) {
   std::printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", device,
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / static_cast<double>(gib), driver, runtime);
-  std::printf("flags:%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
+  std::printf("flags:%s%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
               opts.no_malloc ? " --no-malloc" : "", opts.no_reset ? " --no-reset" : "",
+              opts.only_flags.c_str(),
               static_cast<double>(malloc_limit) / static_cast<double>(gib));
   std::fflush(stdout);
 
@@ -805,16 +854,19 @@ int run(options const& opts) {
     heap_bench bench{opts, heap};
     bench.warm_up();
     std::vector<unsigned> const thread_counts =
-        opts.quick ? std::vector<unsigned>{1u << 20}
-                   : std::vector<unsigned>{1u << 16, 1u << 20, 1u << 22};
-    unsigned const sizes[] = {16, 64, 256, 1024, 4096, mixed_size};
+        opts.quick && opts.only.empty() ? std::vector<unsigned>{1u << 20}
+                                        : std::vector<unsigned>{1u << 16, 1u << 20, 1u << 22};
     for (unsigned const n : thread_counts) {
-      for (unsigned const s : sizes) {
-        rows.push_back(bench.run_row(n, s));
+      for (unsigned const s : row_sizes) {
+        if (opts.runs(n, s)) {
+          rows.push_back(bench.run_row(n, s));
+        }
       }
     }
     for (unsigned const n : thread_counts) {
-      rows.push_back(bench.run_churn_row(n));
+      if (opts.runs(n, churn_row)) {
+        rows.push_back(bench.run_churn_row(n));
+      }
     }
 
     int const failures = print_table(rows, reps);
@@ -856,6 +908,19 @@ int main(int argc, char** argv) {
       opts.no_malloc = true;
     } else if (std::strcmp(argv[a], "--no-reset") == 0) {
       opts.no_reset = true;
+    } else if (std::strcmp(argv[a], "--row") == 0) {
+      if (a + 1 == argc) {
+        std::fprintf(stderr, "heap_bench: --row needs a row, e.g. --row 16:4096\n");
+        usage(argv[0], 64);
+      }
+      auto const selected = parse_row(argv[++a]);
+      if (!selected) {
+        std::fprintf(stderr, "heap_bench: bad row '%s' (expected T:S, e.g. 16:4096 or 20:mixed)\n",
+                     argv[a]);
+        usage(argv[0], 64);
+      }
+      opts.only.push_back(*selected);
+      opts.only_flags += std::string{" --row "} + argv[a];
     } else if (std::strcmp(argv[a], "--help") == 0 || std::strcmp(argv[a], "-h") == 0) {
       usage(argv[0], 0);
     } else {

@@ -354,9 +354,8 @@ struct options {
   bool quick = false;
   bool no_malloc = false;
   bool no_reset = false;
-  std::vector<std::pair<unsigned, unsigned>>
-      only;                ///< --row: (threads, size argument or churn_row)
-  std::string only_flags;  ///< those --row arguments, as given
+  std::vector<std::pair<unsigned, unsigned>> only;  ///< --row: threads, size_arg or churn_row
+  std::string only_flags;                           ///< those --row arguments, as given
 
   /// True when the row of `threads` and `size_arg` runs: every row, or the ones --row names.
   [[nodiscard]] bool runs(unsigned threads, unsigned size_arg) const {
@@ -392,9 +391,12 @@ std::optional<std::pair<unsigned, unsigned>> parse_row(std::string_view text) {
   std::string_view const t = text.substr(0, colon);
   std::string_view const s = text.substr(colon + 1);
   unsigned threads = 0;
-  if (t == "16" || t == "20" || t == "22") {
-    threads = 1u << (t == "16" ? 16 : t == "20" ? 20 : 22);
-  } else {
+  for (unsigned const log2 : {16u, 20u, 22u}) {
+    if (t == std::to_string(log2)) {
+      threads = 1u << log2;
+    }
+  }
+  if (threads == 0) {
     return std::nullopt;
   }
   if (s == "churn") {

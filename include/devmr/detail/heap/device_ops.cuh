@@ -65,6 +65,8 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
   unsigned const wanted = __popc(peers);
   unsigned const sm = sm_id();
   unsigned const slot = sm & h->slot_mask;
+  // Read ahead: after the claim, whose acquire empties the SM's L1, it would be a round trip.
+  bool const checked = core.checked();
 
   std::byte* mine = nullptr;
   unsigned served = 0;
@@ -93,7 +95,7 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
   if (served < wanted && lane == leader) {
     atomic(h->counters.failed_allocations).fetch_add(wanted - served, relaxed);
   }
-  if (mine != nullptr && core.checked()) {
+  if (mine != nullptr && checked) {
     std::uint32_t id = 0;
     std::size_t offset = 0;
     core.locate(mine, id, offset);

@@ -330,6 +330,58 @@ TEST_CASE("a large block takes the slabs that slots hold once their blocks are a
   CHECK(core.claim(0, 0, 32, 0).count == 32);  // and the slot takes a slab again
 }
 
+TEST_CASE(
+    "primed slots serve claims without an install and give their slabs up when memory "
+    "runs short",
+    "[heap][core]") {
+  host_heap heap{{8}, false};
+  auto core = heap.core();
+  std::uint32_t const first = core.take_fresh_slabs(4);
+  REQUIRE(first != no_slab);
+  for (unsigned cls = 0; cls < 4; ++cls) {
+    core.prime(cls, 0, first + cls, 0);
+    CHECK(slot_word_of(heap.header(), cls, 0) == make_slot(first + cls, 0));
+  }
+  CHECK(heap.header().frontier[0] == 4);
+  // A slot that holds a slab is left alone; the slab offered goes on a stack.
+  core.prime(0, 0, core.take_fresh_slabs(1), 0);
+  CHECK(slot_word_of(heap.header(), 0, 0) == make_slot(first, 0));
+  // The first claim takes the primed slab's first blocks: nothing is installed.
+  claim_result const small = core.claim(0, 0, 10, 0);
+  REQUIRE(small.count == 10);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(small.first, id, offset));
+  CHECK(id == first);
+  CHECK(offset == 0);
+  CHECK(heap.header().frontier[0] == 5);
+  // 4 KiB blocks until none is left: every slab but the one with live 16 B blocks serves them,
+  // the three primed for classes 1 to 3 included.
+  unsigned constexpr big = 8;
+  std::uint32_t const capacity = class_capacity(big);
+  std::vector<claim_result> taken;
+  std::uint64_t blocks = 0;
+  for (claim_result got = core.claim(big, 0, 64, 0); got.count != 0;
+       got = core.claim(big, 0, 64, 0)) {
+    taken.push_back(got);
+    blocks += got.count;
+  }
+  CHECK(blocks == 7 * std::uint64_t{capacity});
+  for (std::uint32_t i = 1; i < 4; ++i) {
+    CHECK(!is_slab(slot_id(slot_word_of(heap.header(), i, 0))));
+  }
+  for (claim_result const& got : taken) {
+    for (std::uint32_t i = 0; i < got.count; ++i) {
+      core.free_one(got.first + i * class_bytes(big), 0);
+    }
+  }
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    core.free_one(small.first + i * 16, 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(core.allocate_large(8 * slab_bytes, 0) != nullptr);  // nothing is lost
+}
+
 TEST_CASE("a full heap finds the slabs emptied anywhere in its bitmaps", "[heap][core]") {
   host_heap heap{{70, 200}, false};  // bitmaps of 2 and 4 words
   auto core = heap.core();

@@ -243,7 +243,10 @@ class heap_core {
                                          unsigned hint,
                                          arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    std::uint32_t const id = acquire_run(1, hint);
+    std::uint32_t id = acquire_run(1, hint);
+    if (id == no_slab && want != 0) {
+      id = reclaim_slab(hint);
+    }
     if (id == no_slab) {
       give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
       return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
@@ -252,13 +255,35 @@ class heap_core {
     // that claim installs the next (see claim); one published used up would wait for nobody.
     std::uint32_t const capacity = class_capacity(cls);
     std::uint32_t const take = want < capacity ? want : capacity - 1;
-    std::byte* const slab = data(id, first);
-    format_small(id, cls, slot, first);
-    // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
-    // replaces is closed: the used-up slab, an installing id, or the slab that another
-    // installer (a waiter that took over) published first.
-    close(slot_word.exchange(make_slot(id, take), release), cls);
-    return {slab, take};
+    publish(cls, slot, id, take, first);
+    return {data(id, first), take};
+  }
+
+  /// Gives slot `slot` of class `cls` slab `id` (no_slab: one that it searches for) while the
+  /// slot is vacant as a reset leaves it, so that the first claims on it find a slab instead of
+  /// waiting for an install (slab_heap primes its slots when it is made, grown and reset). It
+  /// takes the install as a waiter takes one over (see take_over), so claims that come meanwhile
+  /// wait for it. A slot that holds anything else is left alone, and `id` goes on a stack.
+  DEVMR_HOST_DEVICE void prime(unsigned cls, unsigned slot, std::uint32_t id, unsigned hint) const {
+    std::uint64_t vacant = empty_slot;
+    if (!atomic(slot_word_of(*h_, cls, slot))
+             .compare_exchange_strong(vacant, make_slot(installing_last, 1), relaxed, relaxed)) {
+      if (id != no_slab) {
+        make_free_head(id, 1);
+        push(id, hint);
+      }
+      return;
+    }
+    if (id == no_slab) {
+      install(cls, slot, 0, hint, arena(0));
+    } else {
+      publish(cls, slot, id, 0, arena(0));
+    }
+  }
+
+  /// `count` fresh slabs in a row (never handed out), for prime: the first's id, or no_slab.
+  DEVMR_HOST_DEVICE std::uint32_t take_fresh_slabs(std::uint32_t count) const {
+    return take_fresh(count, 0);
   }
 
   /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
@@ -468,6 +493,28 @@ class heap_core {
       id = pop_run(fits - 1, slabs, hint);
     }
     return id;
+  }
+
+  /// Formats slab `id` for class `cls` with its first `take` blocks claimed, and publishes it in
+  /// slot `slot` of the class, which this thread holds (see install).
+  DEVMR_HOST_DEVICE void publish(unsigned cls,
+                                 unsigned slot,
+                                 std::uint32_t id,
+                                 std::uint32_t take,
+                                 arena_view const& first) const {
+    format_small(id, cls, slot, first);
+    // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
+    // replaces is closed: the used-up slab, an installing id, or the slab that another
+    // installer (a waiter that took over) published first.
+    close(atomic(slot_word_of(*h_, cls, slot)).exchange(make_slot(id, take), release), cls);
+  }
+
+  /// The last resort of a search for one slab, for a claim: the slabs that slots of any class
+  /// hold with every claimed block free (a primed slab may never have served a claim) are given
+  /// up, and the search runs again. Called here, not in acquire_run, for the registers (see
+  /// allocate_large).
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned hint) const {
+    return close_slots() ? acquire_run(1, hint) : no_slab;
   }
 
   /// The last resort of a search for `slabs` (> 1) contiguous slabs: they are looked for among

@@ -55,12 +55,15 @@ struct heap_stats {
  * The heap takes arenas from `upstream` (which must outlive it) and hands kernels a `slab_ref`.
  * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
  * larger blocks are runs of whole slabs. Slabs are formatted lazily, so construction does not
- * depend on the heap's size. A slab hands each of its blocks out once and returns to circulation
- * when all its blocks are freed, so a long-lived block keeps its slab from being reused. Free
- * runs of slabs are split for shorter requests; free slabs merge into a longer run when a large
- * block needs one (a slower search, taken only when no free run is long enough). Runs never
- * span two arenas, and the slabs that slots hold as current ones (partly handed out) split the
- * free space around them.
+ * depend on the heap's size; only the slots of the SMs' current slabs get one of every class up
+ * front (construction, `grow` and `reset` launch one block of threads for it), so that the first
+ * allocations on an SM do not all wait for it to install one. A slot gives such a slab back when
+ * memory runs short while none of its blocks is live. A slab hands each of its blocks out once and
+ * returns to circulation when all its blocks are freed, so a long-lived block keeps its slab from
+ * being reused. Free runs of slabs are split for shorter requests; free slabs merge into a longer
+ * run when a large block needs one (a slower search, taken only when no free run is long enough).
+ * Runs never span two arenas, and the slabs that slots hold as current ones (partly handed out)
+ * split the free space around them.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still
@@ -95,7 +98,8 @@ class slab_heap {
   void grow(std::size_t bytes);
 
   /// @brief Frees every block at once, in stream order: kernels after it on `stream` see an
-  /// empty heap. Blocks allocated before become invalid.
+  /// empty heap, each SM's slots holding a fresh slab as after construction. Blocks allocated
+  /// before become invalid.
   void reset(cuda::stream_ref stream = cuda::stream_ref{cudaStream_t{}});
 
   /// @brief Frees a block (allocated by a kernel or the host) in stream order.

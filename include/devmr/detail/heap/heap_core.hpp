@@ -187,8 +187,11 @@ class heap_core {
       // waiter takes the installation over, so a descheduled installer holds nobody up, and the
       // others wait for that one.
       std::uint32_t const id = slot_id(seen);
-      seen = wait_for_install(slot_word, seen, capacity);
-      if (!still_waiting(seen, id, capacity) || !take_over(slot_word, seen, id, capacity)) {
+      seen = wait_for_install(slot_word, seen, want, capacity);
+      if (!still_waiting(seen, id, capacity)) {
+        continue;  // the wait's last claim found the slot changed: take what that claim got
+      }
+      if (!take_over(slot_word, seen, id, capacity)) {
         seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
         continue;
       }
@@ -806,11 +809,16 @@ class heap_core {
   }
 
   /// Waits a bounded time for the thread installing the slot's next slab (the slot holds `seen`:
-  /// an installing id, a claimed vacancy or a used-up slab); returns what the slot holds then
-  /// (what still_waiting accepts if it took too long).
+  /// an installing id, a claimed vacancy or a used-up slab). Every look is a claim of `want`
+  /// blocks, as claim makes: while the slot still holds what the waiter saw, the addition only
+  /// counts up a used-up slab or an installer, which nothing reads; the first that finds the slot
+  /// changed is the waiter's claim on what it holds then, a round trip earlier than a load and a
+  /// claim after it. Returns the value the last addition replaced (what still_waiting accepts if
+  /// it took too long).
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
       std::uint64_t seen,
+      std::uint32_t want,
       std::uint32_t capacity) {
     std::uint32_t const id = slot_id(seen);
     // Host threads (tests of this core) give up soon, so that the give-up path runs often.
@@ -821,7 +829,7 @@ class heap_core {
 #else
       std::this_thread::yield();
 #endif
-      seen = slot_word.load(relaxed);
+      seen = slot_word.fetch_add(want, acquire);  // acquire: as claim's
     }
     return seen;
   }

@@ -305,6 +305,40 @@ TEST_CASE("out-of-memory storms return nullptr, count it, and recover after free
   allocate_verify_free(heap, half, 4096, 16);
 }
 
+/// One block of threads allocates `bytes` for every entry of `blocks`, in turns.
+template <class Ref>
+__global__ void allocate_in_one_block(
+    Ref ref, void** blocks, std::size_t* sizes, std::uint32_t n, std::size_t bytes) {
+  for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    void* p = ref.allocate(bytes);
+    if (p != nullptr) {
+      write_tags(p, bytes, i);
+    }
+    blocks[i] = p;
+    sizes[i] = bytes;
+  }
+}
+
+TEST_CASE("one SM fills the heap: the slabs primed for every SM's slots come back to it",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
+  // Construction gave each slot of every class a slab: a quarter of this heap. A kernel on one
+  // SM asking for twice the heap in 4 KiB blocks gets them all the same.
+  block_table table{static_cast<std::uint32_t>(2 * heap.capacity() / 4096)};
+  allocate_in_one_block<<<1, 1024>>>(heap.ref(), table.blocks, table.sizes, table.n, 4096);
+  CUDA_CHECK(cudaGetLastError());
+  auto const r = table.verify(16);
+  CHECK(r.bad == 0);
+  CHECK(r.overlaps == 0);
+  auto const s = heap.stats();
+  CHECK(s.blocks_in_use == table.n - r.null);
+  CHECK(s.bytes_in_use >= heap.capacity() * 99 / 100);
+  free_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(heap.stats().blocks_in_use == 0);
+}
+
 TEST_CASE("free slabs merge again: one block as large as the heap", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};

@@ -64,6 +64,7 @@ __global__ void reset_kernel(heap_header* h) {
   }
   if (t == 0) {
     h->runs_in_flight.value = 0;
+    h->idle_slots.value = 0;
   }
   for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
     slot_word_of(*h, s / max_slots, s % max_slots) = empty_slot;
@@ -79,19 +80,17 @@ __global__ void reset_kernel(heap_header* h) {
   }
 }
 
-/// Gives each slot that kernels use a slab of its own, in every class (heap_core::prime), for
-/// the slots below both the mask's count and the SMs' ids. So the first claims on an SM after a
-/// heap is made, grown or reset find a slab instead of all waiting for one install per class (on
-/// the H200, 2^16 threads asking for 16 B blocks waited about 3 us for it; bench/RESULTS.md). The
-/// slabs are fresh ones in a row, slot after slot and class after class, so that every reset
-/// places a slot's blocks where the last one did. A slot's slab comes back to the others when
-/// memory runs short (heap_core::reclaim_slab). One block of threads.
+/// Gives each slot that kernels use (heap_core::slots_in_use) a slab of its own, in every class
+/// (heap_core::prime). So the first claims on an SM after a heap is made, grown or reset find a
+/// slab instead of all waiting for one install per class (on the H200, 2^16 threads asking for
+/// 16 B blocks waited about 3 us for it; bench/RESULTS.md). The slabs are fresh ones in a row,
+/// slot after slot and class after class, so that every reset places a slot's blocks where the
+/// last one did. A slot's slab comes back to the others when memory runs short
+/// (heap_core::reclaim_slab). One block of threads.
 __global__ void prime_kernel(heap_header* h) {
-  unsigned sms = 0;
-  asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
-  unsigned const slots = min(h->slot_mask + 1, sms);
-  unsigned const count = num_classes * slots;
   heap_core const core{h};
+  unsigned const slots = core.slots_in_use();
+  unsigned const count = num_classes * slots;
   __shared__ std::uint32_t first;
   if (threadIdx.x == 0) {
     first = core.take_fresh_slabs(count);

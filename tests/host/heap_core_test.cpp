@@ -342,6 +342,7 @@ TEST_CASE(
     core.prime(cls, 0, first + cls, 0);
     CHECK(slot_word_of(heap.header(), cls, 0) == make_slot(first + cls, 0));
   }
+  CHECK(heap.header().idle_slots.value != 0);
   CHECK(heap.header().frontier[0] == 4);
   // A slot that holds a slab is left alone; the slab offered goes on a stack.
   core.prime(0, 0, core.take_fresh_slabs(1), 0);
@@ -370,6 +371,8 @@ TEST_CASE(
   for (std::uint32_t i = 1; i < 4; ++i) {
     CHECK(!is_slab(slot_id(slot_word_of(heap.header(), i, 0))));
   }
+  // The scan that found no more cleared the flag: a heap out of memory does not scan again.
+  CHECK(heap.header().idle_slots.value == 0);
   for (claim_result const& got : taken) {
     for (std::uint32_t i = 0; i < got.count; ++i) {
       core.free_one(got.first + i * class_bytes(big), 0);

@@ -248,7 +248,7 @@ class heap_core {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
     std::uint32_t id = acquire_run(1, hint);
     if (id == no_slab && want != 0) {
-      id = reclaim_slab(hint);
+      id = reclaim_slab(cls, hint);
     }
     if (id == no_slab) {
       give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
@@ -268,6 +268,7 @@ class heap_core {
   /// takes the install as a waiter takes one over (see take_over), so claims that come meanwhile
   /// wait for it. A slot that holds anything else is left alone, and `id` goes on a stack.
   DEVMR_HOST_DEVICE void prime(unsigned cls, unsigned slot, std::uint32_t id, unsigned hint) const {
+    atomic(h_->idle_slots.value).store(1, relaxed);  // see reclaim_slab
     std::uint64_t vacant = empty_slot;
     if (!atomic(slot_word_of(*h_, cls, slot))
              .compare_exchange_strong(vacant, make_slot(installing_last, 1), relaxed, relaxed)) {
@@ -282,6 +283,20 @@ class heap_core {
     } else {
       publish(cls, slot, id, 0, arena(0));
     }
+  }
+
+  /// The slots that claims use: the mask's count, and on the device no more than the SMs (an SM
+  /// claims in the slot of its id under the mask), so that scans of the slots skip those that
+  /// nobody uses (a heap of 256 slots on the H200's 132 SMs).
+  DEVMR_HOST_DEVICE std::uint32_t slots_in_use() const {
+    std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+#if DEVMR_IS_DEVICE_CODE
+    unsigned sms = 0;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+    return slots < sms ? slots : sms;
+#else
+    return slots;
+#endif
   }
 
   /// `count` fresh slabs in a row (never handed out), for prime: the first's id, or no_slab.
@@ -512,37 +527,46 @@ class heap_core {
     close(atomic(slot_word_of(*h_, cls, slot)).exchange(make_slot(id, take), release), cls);
   }
 
-  /// The last resort of a search for one slab, for a claim: the slabs that slots of any class
-  /// hold with no block claimed (primed ones that never served a claim, or next ones installed
-  /// meanwhile) are given up, and the search runs again. With nothing claimed nothing was freed,
-  /// so the slot word alone tells (close_slots also reads the slab's count), and the words of a
-  /// slot, which share a line, are read four at a time (eight took the allocation kernel from
-  /// 80 registers to 88): 528 round trips for 132 slots. Called here, not in acquire_run, for
-  /// the registers (see allocate_large).
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned hint) const {
+  /// The last resort of a search for one slab, for a claim of class `cls`: a slab that a slot of
+  /// another class holds with no block claimed (a primed one that never served a claim, or a
+  /// next one installed meanwhile) is taken from its slot for the caller's install. With nothing
+  /// claimed nothing was freed, so the slot word alone tells, and once the swap has taken the
+  /// slab from its slot it is the caller's: no mark, no second search. The scan starts at the
+  /// caller's slot, so that SMs reclaiming at once take different slabs, and reads a slot's
+  /// words, which share a line, four at a time (eight took the allocation kernel from 80
+  /// registers to 88). One that finds none clears the heap's idle_slots flag, which priming
+  /// sets, so that a heap out of memory does not scan again on every failed claim. Slabs of the
+  /// class itself stay: moving one between its slots gains nothing (a claim that finds no slab
+  /// takes blocks from them, see steal). Called here, not in acquire_run, for the registers
+  /// (see allocate_large).
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned cls, unsigned hint) const {
+    auto idle = atomic(h_->idle_slots.value);
+    if (idle.load(relaxed) == 0) {
+      return no_slab;
+    }
     constexpr unsigned batch = 4;
     static_assert(num_classes % batch == 0);
-    std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
-    bool closed = false;
+    std::uint32_t const slots = slots_in_use();
     DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * slots; i += batch) {
-      unsigned const slot = i / num_classes;
-      unsigned const cls = i % num_classes;
+      unsigned const slot = (hint + i / num_classes) % slots;
+      unsigned const base = i % num_classes;
       std::uint64_t seen[batch];
       for (unsigned k = 0; k < batch; ++k) {
-        seen[k] = atomic(slot_word_of(*h_, cls + k, slot)).load(relaxed);
+        seen[k] = atomic(slot_word_of(*h_, base + k, slot)).load(relaxed);
       }
       for (unsigned k = 0; k < batch; ++k) {
-        // The exact value: no claim came between the look and the swap.
+        // The exact value: no claim came between the look and the swap. acquire: the slab's
+        // formatting for its slot happens before this thread formats it again.
         std::uint64_t expected = seen[k];
-        if (is_slab(slot_id(seen[k])) && slot_count(seen[k]) == 0 &&
-            atomic(slot_word_of(*h_, cls + k, slot))
-                .compare_exchange_strong(expected, empty_slot, relaxed, relaxed)) {
-          close(seen[k], cls + k);
-          closed = true;
+        if (base + k != cls && is_slab(slot_id(seen[k])) && slot_count(seen[k]) == 0 &&
+            atomic(slot_word_of(*h_, base + k, slot))
+                .compare_exchange_strong(expected, empty_slot, acquire, relaxed)) {
+          return slot_id(seen[k]);
         }
       }
     }
-    return closed ? acquire_run(1, hint) : no_slab;
+    idle.store(0, relaxed);
+    return no_slab;
   }
 
   /// The last resort of a search for `slabs` (> 1) contiguous slabs: they are looked for among
@@ -565,7 +589,7 @@ class heap_core {
   /// is marked empty at once. Slabs with live blocks stay: closing them would free nothing now.
   /// True when a slot gave one up.
   DEVMR_HOST_DEVICE bool close_slots() const {
-    std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+    std::uint32_t const slots = slots_in_use();
     bool closed = false;
     DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * slots; ++i) {
       unsigned const cls = i / slots;
@@ -769,7 +793,7 @@ class heap_core {
   DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls,
                                                       unsigned own,
                                                       std::uint32_t want) const {
-    std::uint32_t const slots = atomic(h_->slot_mask).load(relaxed) + 1;
+    std::uint32_t const slots = slots_in_use();
     std::uint32_t const capacity = class_capacity(cls);
     arena_view const first = arena(0);
     for (std::uint32_t s = 0; s < slots; ++s) {

@@ -664,6 +664,44 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
   CHECK(runs.size() + held_by_slots <= heap.total_slabs());
 }
 
+TEST_CASE("threads churning a primed heap take other classes' unused slabs, never a block twice",
+          "[heap][core][threads]") {
+  // A heap of 24 slabs with 16 of them primed: the threads run out of fresh slabs at once, and
+  // their installs take the slabs primed for the classes they do not use (9 and up), racing with
+  // each other and with the claims of the slot.
+  host_heap heap{{24}, false};
+  auto core = heap.core();
+  std::uint32_t const slots = core.slots_in_use();
+  std::uint32_t const first = core.take_fresh_slabs(num_classes * slots);
+  REQUIRE(first != no_slab);
+  for (std::uint32_t i = 0; i < num_classes * slots; ++i) {
+    core.prime(i / slots, i % slots, first + i, i % slots);
+  }
+  auto const [errors, handed_out] = run_churn(heap, 200000, 1024, 2);
+  CHECK(errors == 0);
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().counters.invalid_frees == 0);
+  CHECK(handed_out > 24 * std::uint64_t{class_capacity(8)});
+  // What the churn left primed goes to the last class that asks.
+  std::vector<claim_result> taken;
+  for (claim_result got = core.claim(8, 0, 32, 0); got.count != 0; got = core.claim(8, 0, 32, 0)) {
+    taken.push_back(got);
+  }
+  for (unsigned cls = 9; cls < num_classes; ++cls) {
+    for (std::uint32_t slot = 0; slot < slots; ++slot) {
+      CHECK(!is_slab(slot_id(slot_word_of(heap.header(), cls, slot))));
+    }
+  }
+  CHECK(heap.header().idle_slots.value == 0);
+  for (claim_result const& got : taken) {
+    for (std::uint32_t i = 0; i < got.count; ++i) {
+      core.free_one(got.first + i * class_bytes(8), 0);
+    }
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(core.allocate_large(24 * slab_bytes, 0) != nullptr);  // every slab came back
+}
+
 TEST_CASE("large blocks among small ones find runs gathered from emptied slabs and freed pieces",
           "[heap][core][threads]") {
   // Large blocks of up to 8 slabs ask for more than the heap holds, small ones keep emptying

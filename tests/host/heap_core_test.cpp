@@ -385,6 +385,33 @@ TEST_CASE(
   CHECK(core.allocate_large(8 * slab_bytes, 0) != nullptr);  // nothing is lost
 }
 
+TEST_CASE("a large block gathers the slabs primed for the slots, used or not", "[heap][core]") {
+  host_heap heap{{20}, false};
+  auto core = heap.core();
+  REQUIRE(core.slots_in_use() == 1);
+  std::uint32_t const first = core.take_fresh_slabs(num_classes);
+  REQUIRE(first != no_slab);
+  for (unsigned cls = 0; cls < num_classes; ++cls) {
+    core.prime(cls, 0, first + cls, 0);
+  }
+  // One class served a claim and had it freed: its slab is closed the long way, the fifteen
+  // others, which no claim touched, are marked together.
+  claim_result const got = core.claim(3, 0, 5, 0);
+  REQUIRE(got.count == 5);
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    core.free_one(got.first + i * class_bytes(3), 0);
+  }
+  void* whole = core.allocate_large(20 * slab_bytes, 0);
+  REQUIRE(whole != nullptr);
+  for (unsigned cls = 0; cls < num_classes; ++cls) {
+    CHECK(!is_slab(slot_id(slot_word_of(heap.header(), cls, 0))));
+  }
+  CHECK(heap.blocks_in_use() == 1);  // the large block, counted once
+  core.free_one(whole, 0);
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(core.claim(0, 0, 32, 0).count == 32);  // the slots take slabs again
+}
+
 TEST_CASE("a full heap finds the slabs emptied anywhere in its bitmaps", "[heap][core]") {
   host_heap heap{{70, 200}, false};  // bitmaps of 2 and 4 words
   auto core = heap.core();

@@ -246,10 +246,7 @@ class heap_core {
                                          unsigned hint,
                                          arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    std::uint32_t id = acquire_run(1, hint);
-    if (id == no_slab && want != 0) {
-      id = reclaim_slab(cls, hint);
-    }
+    std::uint32_t id = acquire_run(1, hint, want != 0 ? cls : num_classes);
     if (id == no_slab) {
       give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
       return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
@@ -435,10 +432,27 @@ class heap_core {
   /// number of times, so that memory in flight is not reported as missing. The first search
   /// takes no snapshot of the returns (an acquire load that would hold back every load after it,
   /// a round trip on every install): only once it has found nothing do the careful searches begin.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(std::uint32_t slabs,
-                                                             unsigned hint) const {
+  /// `reclaim_for`: the class of a claim that needs one slab (num_classes: none), which may take
+  /// an unused slab from a slot of another class (see reclaim_slab).
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(
+      std::uint32_t slabs, unsigned hint, unsigned reclaim_for = num_classes) const {
+    if (reclaim_for < num_classes) {
+      // A claim's slab: its own shard or a fresh slab, else an unused slab of another class in
+      // its own slot, before the long search.
+      if (std::uint32_t const id = take_near(hint); id != no_slab) {
+        return id;
+      }
+      if (std::uint32_t const id = reclaim_slab(reclaim_for, hint, false); id != no_slab) {
+        return id;
+      }
+    }
     if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
       return id;
+    }
+    if (reclaim_for < num_classes) {
+      if (std::uint32_t const id = reclaim_slab(reclaim_for, hint, true); id != no_slab) {
+        return id;
+      }
     }
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
@@ -466,6 +480,16 @@ class heap_core {
   }
 
  private:
+  /// One slab from this hint's shard or the fresh ones; no_slab when neither has one.
+  DEVMR_HOST_DEVICE std::uint32_t take_near(unsigned hint) const {
+    std::uint32_t const id = pop(shard_head(hint));
+    if (id == no_slab) {
+      return take_fresh(1, hint);  // never handed out: no frees to order before its use
+    }
+    atomic(meta(id).remaining).load(acquire);  // see search_run
+    return id;
+  }
+
   /// One search for a run of `slabs` slabs (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
@@ -527,19 +551,23 @@ class heap_core {
     close(atomic(slot_word_of(*h_, cls, slot)).exchange(make_slot(id, take), release), cls);
   }
 
-  /// The last resort of a search for one slab, for a claim of class `cls`: a slab that a slot of
-  /// another class holds with no block claimed (a primed one that never served a claim, or a
-  /// next one installed meanwhile) is taken from its slot for the caller's install. With nothing
-  /// claimed nothing was freed, so the slot word alone tells, and once the swap has taken the
-  /// slab from its slot it is the caller's: no mark, no second search. The scan starts at the
-  /// caller's slot, so that SMs reclaiming at once take different slabs, and reads a slot's
-  /// words, which share a line, four at a time (eight took the allocation kernel from 80
-  /// registers to 88). One that finds none clears the heap's idle_slots flag, which priming
-  /// sets, so that a heap out of memory does not scan again on every failed claim. Slabs of the
-  /// class itself stay: moving one between its slots gains nothing (a claim that finds no slab
-  /// takes blocks from them, see steal). Called here, not in acquire_run, for the registers
-  /// (see allocate_large).
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned cls, unsigned hint) const {
+  /// A slab for a claim of class `cls` from the slots of the other classes: one that a slot
+  /// holds with no block claimed (a primed one that never served a claim, or a next one
+  /// installed meanwhile) is taken from it for the caller's install. With nothing claimed
+  /// nothing was freed, so the slot word alone tells, and once the swap has taken the slab from
+  /// its slot it is the caller's: no mark, no second search. acquire_run looks in the caller's
+  /// own slot right after the fresh slabs (not `everywhere`: four loads of one line, so that a
+  /// heap filled past what priming left fresh does not search every stack and bitmap per slab),
+  /// and in every slot, from the caller's on, as a last resort (a cursor that skipped slots
+  /// found without any gained nothing measurable: bench/RESULTS.md, ninth session). A full
+  /// scan that finds none clears the heap's idle_slots flag, which priming sets, so that
+  /// a heap out of memory does not scan again on every failed claim. Slabs of the class itself
+  /// stay: moving one between its slots gains nothing (a claim that finds no slab takes blocks
+  /// from them, see steal). A slot's words share a line and are read four at a time (eight
+  /// took the allocation kernel from 80 registers to 88). Out of line, for the registers.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned cls,
+                                                              unsigned hint,
+                                                              bool everywhere) const {
     auto idle = atomic(h_->idle_slots.value);
     if (idle.load(relaxed) == 0) {
       return no_slab;
@@ -547,8 +575,10 @@ class heap_core {
     constexpr unsigned batch = 4;
     static_assert(num_classes % batch == 0);
     std::uint32_t const slots = slots_in_use();
-    DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * slots; i += batch) {
-      unsigned const slot = (hint + i / num_classes) % slots;
+    std::uint32_t const start = hint % slots;
+    std::uint32_t const scanned = everywhere ? slots : 1;
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * scanned; i += batch) {
+      unsigned const slot = (start + i / num_classes) % slots;
       unsigned const base = i % num_classes;
       std::uint64_t seen[batch];
       for (unsigned k = 0; k < batch; ++k) {
@@ -565,7 +595,9 @@ class heap_core {
         }
       }
     }
-    idle.store(0, relaxed);
+    if (everywhere) {
+      idle.store(0, relaxed);
+    }
     return no_slab;
   }
 

@@ -218,7 +218,8 @@ struct heap_header {
   padded_word runs_returned;   ///< such slabs pushed so far (a failed search retries if this
                                ///< moved while it looked)
   padded_word idle_slots;      ///< nonzero while slots may hold slabs that no claim took a
-                           ///< block from (priming sets it; a reclaim that finds none clears it)
+                               ///< block from (priming sets it; a full reclaim scan that finds
+                               ///< none clears it)
   heap_counters counters;
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.

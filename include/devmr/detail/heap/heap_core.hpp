@@ -246,7 +246,7 @@ class heap_core {
                                          unsigned hint,
                                          arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    std::uint32_t id = acquire_run(1, hint, want != 0 ? cls : num_classes);
+    std::uint32_t const id = acquire_run(1, hint, want != 0 ? cls : num_classes);
     if (id == no_slab) {
       give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
       return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);

@@ -14,6 +14,8 @@
 // Exit status: 0 all blocks checked out; 1 a check failed (wrong tag, misaligned block, a nullptr
 // from devmr or the floor) or a CUDA/devmr error; 2 no GPU; 64 bad command line.
 
+#include "event_timer.hpp"
+
 #include <devmr/pool_resource.hpp>
 #include <devmr/slab_heap.hpp>
 #include <devmr/slab_ref.hpp>
@@ -430,8 +432,6 @@ class heap_bench {
  public:
   heap_bench(options const& opts, devmr::slab_heap<>& heap)
       : opts_{opts}, heap_{heap}, reps_{opts.quick ? 3 : 5} {
-    DEVMR_CUDA_TRY(cudaEventCreate(&start_));
-    DEVMR_CUDA_TRY(cudaEventCreate(&stop_));
     DEVMR_CUDA_TRY(cudaMalloc(&ptrs_, sizeof(void*) * (std::size_t{1} << 22)));
     DEVMR_CUDA_TRY(cudaMalloc(&counters_, sizeof(run_counters)));
     DEVMR_CUDA_TRY(cudaMalloc(&floor_offset_, sizeof(unsigned long long)));
@@ -442,8 +442,6 @@ class heap_bench {
     cudaFree(floor_offset_);
     cudaFree(counters_);
     cudaFree(ptrs_);
-    cudaEventDestroy(stop_);
-    cudaEventDestroy(start_);
   }
   heap_bench(heap_bench const&) = delete;
   heap_bench& operator=(heap_bench const&) = delete;
@@ -507,19 +505,6 @@ class heap_bench {
     return floor_allocator{static_cast<std::byte*>(floor_buffer_), floor_offset_, floor_bytes};
   }
 
-  /// Times what `launch` enqueues on the default stream with a pair of events.
-  template <class Launch>
-  float time_kernel(Launch&& launch) {
-    DEVMR_CUDA_TRY(cudaEventRecord(start_, 0));
-    launch();
-    DEVMR_CUDA_TRY(cudaGetLastError());
-    DEVMR_CUDA_TRY(cudaEventRecord(stop_, 0));
-    DEVMR_CUDA_TRY(cudaEventSynchronize(stop_));
-    float ms = 0.0f;
-    DEVMR_CUDA_TRY(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms;
-  }
-
   /// Brings an allocator to the state every run starts from; sets the malloc deadline.
   void prepare(allocator_kind kind, bool first_run) {
     DEVMR_CUDA_TRY(cudaMemsetAsync(counters_, 0, sizeof(run_counters), 0));
@@ -553,17 +538,17 @@ class heap_bench {
   template <class Allocator>
   float time_alloc(Allocator a, unsigned n, unsigned size_arg) {
     unsigned const grid = (n + block_threads - 1) / block_threads;
-    return time_kernel([&] { alloc_kernel<<<grid, block_threads>>>(a, ptrs_, n, size_arg); });
+    return timer_.time_ms([&] { alloc_kernel<<<grid, block_threads>>>(a, ptrs_, n, size_arg); });
   }
   template <class Allocator>
   float time_free(Allocator a, unsigned n, unsigned size_arg) {
     unsigned const grid = (n + block_threads - 1) / block_threads;
-    return time_kernel([&] { free_kernel<<<grid, block_threads>>>(a, ptrs_, n, size_arg); });
+    return timer_.time_ms([&] { free_kernel<<<grid, block_threads>>>(a, ptrs_, n, size_arg); });
   }
   template <class Allocator>
   float time_churn(Allocator a, unsigned n) {
     unsigned const grid = (n + block_threads - 1) / block_threads;
-    return time_kernel([&] { churn_kernel<<<grid, block_threads>>>(a, n, counters_); });
+    return timer_.time_ms([&] { churn_kernel<<<grid, block_threads>>>(a, n, counters_); });
   }
 
   float alloc_phase(allocator_kind kind, unsigned n, unsigned size_arg) {
@@ -681,8 +666,7 @@ class heap_bench {
   options opts_;
   devmr::slab_heap<>& heap_;
   int reps_;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  devmr_bench::event_timer timer_;
   void** ptrs_ = nullptr;
   run_counters* counters_ = nullptr;
   unsigned long long* floor_offset_ = nullptr;

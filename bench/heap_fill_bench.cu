@@ -13,6 +13,8 @@
 //
 // Exit status: 0 every allocation succeeded; 1 one failed, or a CUDA/devmr error; 2 no GPU.
 
+#include "event_timer.hpp"
+
 #include <devmr/pool_resource.hpp>
 #include <devmr/slab_heap.hpp>
 #include <devmr/slab_ref.hpp>
@@ -65,19 +67,6 @@ __global__ void release_kernel(devmr::slab_ref<> ref, void* p, std::size_t bytes
   ref.deallocate(p, bytes);
 }
 
-/// Times what `launch` enqueues on the default stream, in ms.
-template <class Launch>
-float time_ms(cudaEvent_t start, cudaEvent_t stop, Launch launch) {
-  DEVMR_CUDA_TRY(cudaEventRecord(start, 0));
-  launch();
-  DEVMR_CUDA_TRY(cudaPeekAtLastError());
-  DEVMR_CUDA_TRY(cudaEventRecord(stop, 0));
-  DEVMR_CUDA_TRY(cudaEventSynchronize(stop));
-  float ms = 0;
-  DEVMR_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
-  return ms;
-}
-
 void print_times(char const* label, std::vector<float> ms, char const* note) {
   std::sort(ms.begin(), ms.end());
   std::printf("%-34s %8.3f %8.3f %8.3f  %s\n", label, static_cast<double>(ms[ms.size() / 2]),
@@ -85,7 +74,7 @@ void print_times(char const* label, std::vector<float> ms, char const* note) {
 }
 
 /// The fill rows; returns the nullptrs seen.
-unsigned fill_rows(cudaEvent_t start, cudaEvent_t stop) {
+unsigned fill_rows(devmr_bench::event_timer& timer) {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 24 * gib + 64 * mib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 24 * gib}};
   unsigned failures = 0;
@@ -101,8 +90,7 @@ unsigned fill_rows(cudaEvent_t start, cudaEvent_t stop) {
     for (int r = 0; r < runs; ++r) {
       heap.reset();
       DEVMR_CUDA_TRY(cudaDeviceSynchronize());
-      ms.push_back(
-          time_ms(start, stop, [&] { fill_kernel<<<grid, 256>>>(heap.ref(), blocks, n); }));
+      ms.push_back(timer.time_ms([&] { fill_kernel<<<grid, 256>>>(heap.ref(), blocks, n); }));
       count_nulls<<<grid, 256>>>(blocks, n, nulls);
       free_kernel<<<grid, 256>>>(heap.ref(), blocks, n);
       DEVMR_CUDA_TRY(cudaDeviceSynchronize());
@@ -122,7 +110,7 @@ unsigned fill_rows(cudaEvent_t start, cudaEvent_t stop) {
 }
 
 /// The gather rows; returns the failed allocations.
-unsigned gather_rows(cudaEvent_t start, cudaEvent_t stop) {
+unsigned gather_rows(devmr_bench::event_timer& timer) {
   unsigned failures = 0;
   for (std::size_t const size : {gib, 24 * gib}) {
     devmr::device_pool pool{devmr::pool_options{.initial_bytes = size + 64 * mib}};
@@ -134,7 +122,7 @@ unsigned gather_rows(cudaEvent_t start, cudaEvent_t stop) {
       heap.reset();
       DEVMR_CUDA_TRY(cudaDeviceSynchronize());
       ms.push_back(
-          time_ms(start, stop, [&] { whole_kernel<<<1, 1>>>(heap.ref(), heap.capacity(), out); }));
+          timer.time_ms([&] { whole_kernel<<<1, 1>>>(heap.ref(), heap.capacity(), out); }));
       void* p = nullptr;
       DEVMR_CUDA_TRY(cudaMemcpy(&p, out, sizeof(p), cudaMemcpyDeviceToHost));
       if (p == nullptr) {
@@ -164,13 +152,8 @@ int run() {
   std::printf("device 0: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount);
   std::printf("%-34s %8s %8s %8s\n", "case", "ms", "min", "max");
-  cudaEvent_t start = nullptr;
-  cudaEvent_t stop = nullptr;
-  DEVMR_CUDA_TRY(cudaEventCreate(&start));
-  DEVMR_CUDA_TRY(cudaEventCreate(&stop));
-  unsigned const failures = fill_rows(start, stop) + gather_rows(start, stop);
-  DEVMR_CUDA_TRY(cudaEventDestroy(start));
-  DEVMR_CUDA_TRY(cudaEventDestroy(stop));
+  devmr_bench::event_timer timer;
+  unsigned const failures = fill_rows(timer) + gather_rows(timer);
   std::printf("failed allocations: %u\n", failures);
   return failures == 0 ? 0 : 1;
 }

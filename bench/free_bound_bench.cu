@@ -1,0 +1,282 @@
+// What a free that recycles slabs by count must cost at least, beside what devmr's free costs, in
+// one run: heap_bench's free kernel (each thread frees its block and clears its pointer) over the
+// blocks a devmr heap handed out, with the free replaced by less and less of one.
+//
+//   floor:  heap_bench's floor free: the pointer is loaded, nothing waits for it, and the thread
+//           clears its pointer.
+//   wait:   + the pointer's value is used (a free must know where the block lies).
+//   fence:  + the release that every free needs before its block may go to another thread: the
+//           warp's lanes meet (`__syncwarp`), then one `fence.release.gpu`, issued as devmr
+//           issues it, right after the load.
+//   red:    + one `red.relaxed.gpu.add` per 1 MiB slab that the warp's blocks lie in, on a count of
+//           its own (128 bytes apart, as devmr's slab metadata), from one lane per slab
+//           (`__match_any_sync`): a count that no free waits for.
+//   atom:   the same with `atom`, whose result the lane waits for: a free must see it, to know
+//           whether it emptied the slab. The least that a free of this design does.
+//   devmr:  `slab_ref::deallocate`: `atom`, and the lookup of the slab by address, and the mark
+//           of each slab it empties.
+// Rows: 2^16, 2^20 and 2^22 threads, 256-thread blocks; 16 B, 256 B, 1 KiB, 4 KiB and mixed sizes
+// (16 << (hash(i) % 9) bytes, as heap_bench's mixed rows). Each run: the heap is reset, one kernel
+// allocates every block, a copy of the pointers is kept (untimed); before each kernel the
+// pointers are copied back (untimed). Median of 5 runs of each kernel, timed with CUDA events;
+// each probe's time against the floor's from the same run.
+//
+// Exit status: 0 measured, every block freed; 1 an allocation failed, a block was left, or a
+// CUDA/devmr call failed; 2 no GPU.
+
+#include "event_timer.hpp"
+
+#include <devmr/pool_resource.hpp>
+#include <devmr/slab_heap.hpp>
+#include <devmr/slab_ref.hpp>
+
+#include <cuda_runtime_api.h>
+#include <cuda/ptx>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t gib = std::size_t{1} << 30;
+constexpr std::size_t mib = std::size_t{1} << 20;
+constexpr unsigned mixed_size = 0;
+constexpr unsigned block_threads = 256;
+constexpr unsigned counter_stride = 32;  // 128 bytes
+constexpr unsigned counter_slots = 1u << 16;
+constexpr int runs = 5;
+
+enum class probe : int { floor, wait, fence, red, atom, devmr, count };
+constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
+    "floor", "wait", "fence", "red", "atom", "devmr"};
+
+/// murmur3's 32-bit finalizer, as heap_bench's mixed rows use it.
+__host__ __device__ constexpr std::uint32_t fmix32(std::uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+__host__ __device__ constexpr unsigned block_size(unsigned i, unsigned size_arg) {
+  return size_arg != mixed_size ? size_arg : 16u << (fmix32(i) % 9u);
+}
+
+__global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
+  unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    ptrs[i] = ref.allocate(block_size(i, size_arg));
+  }
+}
+
+__device__ unsigned lane_id() {
+  unsigned lane = 0;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+
+/// One probe over the pointers: `Probe` is the part of a free that it keeps. `ptrs[n]` is a slot
+/// that only a result that never comes would write (so that the compiler keeps what yields it).
+template <probe Probe>
+__global__ void probe_kernel(void** ptrs, unsigned n, unsigned* counters) {
+  unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) {
+    return;
+  }
+  void* p = ptrs[i];
+  if constexpr (Probe == probe::floor) {
+    asm volatile("" : : "l"(p));  // as heap_bench's floor: the load stays, nothing waits for it
+  } else {
+    if constexpr (Probe != probe::wait) {
+      __syncwarp(__activemask());
+      cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);
+    }
+    asm volatile("" : "+l"(p));
+    if (p == nullptr) {  // never (every allocation succeeded): the value is used
+      ptrs[n] = p;
+    }
+  }
+  if constexpr (Probe == probe::red || Probe == probe::atom) {
+    auto const slab = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(p) >> 20);
+    unsigned* const counter = counters + (slab % counter_slots) * counter_stride;
+    unsigned const peers = __match_any_sync(__activemask(), slab);
+    unsigned const count = static_cast<unsigned>(__popc(peers));
+    if (lane_id() == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
+      if constexpr (Probe == probe::red) {
+        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;"
+                     :
+                     : "l"(counter), "r"(count)
+                     : "memory");
+      } else {
+        unsigned old = 0;
+        asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
+                     : "=r"(old)
+                     : "l"(counter), "r"(count)
+                     : "memory");
+        if (old == 0xffffffffu) {  // never (the counts start at zero and stay far below)
+          ptrs[n] = p;
+        }
+      }
+    }
+  }
+  ptrs[i] = nullptr;
+}
+
+__global__ void free_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
+  unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    ref.deallocate(ptrs[i], block_size(i, size_arg));
+    ptrs[i] = nullptr;
+  }
+}
+
+__global__ void count_nulls(void* const* ptrs, unsigned n, unsigned* nulls) {
+  unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && ptrs[i] == nullptr) {
+    atomicAdd(nulls, 1u);
+  }
+}
+
+float median(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+class bench {
+ public:
+  bench() {
+    DEVMR_CUDA_TRY(cudaMalloc(&ptrs_, (max_threads + 1) * sizeof(void*)));
+    DEVMR_CUDA_TRY(cudaMalloc(&saved_, max_threads * sizeof(void*)));
+    DEVMR_CUDA_TRY(cudaMalloc(&counters_, counter_slots * counter_stride * sizeof(unsigned)));
+    DEVMR_CUDA_TRY(cudaMemset(counters_, 0, counter_slots * counter_stride * sizeof(unsigned)));
+    DEVMR_CUDA_TRY(cudaMalloc(&nulls_, sizeof(unsigned)));
+  }
+  ~bench() {
+    cudaFree(nulls_);
+    cudaFree(counters_);
+    cudaFree(saved_);
+    cudaFree(ptrs_);
+  }
+  bench(bench const&) = delete;
+  bench& operator=(bench const&) = delete;
+
+  /// One row; false when an allocation failed or a block was left after the free.
+  bool row(unsigned log2_threads, unsigned size_arg) {
+    unsigned const n = 1u << log2_threads;
+    unsigned const grid = (n + block_threads - 1) / block_threads;
+    std::array<std::vector<float>, static_cast<int>(probe::count)> ms;
+    bool ok = true;
+    for (int r = 0; r < runs; ++r) {
+      heap_.reset();
+      DEVMR_CUDA_TRY(cudaMemset(nulls_, 0, sizeof(unsigned)));
+      alloc_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg);
+      count_nulls<<<grid, block_threads>>>(ptrs_, n, nulls_);
+      DEVMR_CUDA_TRY(cudaMemcpy(saved_, ptrs_, n * sizeof(void*), cudaMemcpyDeviceToDevice));
+      time_probe<probe::floor>(ms, grid, n);
+      time_probe<probe::wait>(ms, grid, n);
+      time_probe<probe::fence>(ms, grid, n);
+      time_probe<probe::red>(ms, grid, n);
+      time_probe<probe::atom>(ms, grid, n);
+      restore(n);
+      ms[static_cast<int>(probe::devmr)].push_back(timer_.time_ms(
+          [&] { free_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg); }));
+      unsigned nulls = 0;
+      DEVMR_CUDA_TRY(cudaMemcpy(&nulls, nulls_, sizeof(nulls), cudaMemcpyDeviceToHost));
+      auto const s = heap_.stats();
+      if (nulls != 0 || s.blocks_in_use != 0) {
+        std::fprintf(stderr, "free_bound_bench: 2^%u threads: %u nullptrs, %llu blocks left\n",
+                     log2_threads, nulls, static_cast<unsigned long long>(s.blocks_in_use));
+        ok = false;
+      }
+    }
+    char size[16];
+    if (size_arg == mixed_size) {
+      std::snprintf(size, sizeof(size), "mixed");
+    } else {
+      std::snprintf(size, sizeof(size), "%u B", size_arg);
+    }
+    double const floor = median(ms[static_cast<int>(probe::floor)]);
+    std::printf("2^%-5u %-7s", log2_threads, size);
+    for (auto const& m : ms) {
+      std::printf(" %8.2f", static_cast<double>(n) / (median(m) * 1e6));
+    }
+    for (auto const& m : ms) {
+      std::printf(" %6.2f", floor / median(m));
+    }
+    std::printf("\n");
+    return ok;
+  }
+
+ private:
+  static constexpr unsigned max_threads = 1u << 22;
+
+  /// The pointers as the allocation left them (every probe clears them).
+  void restore(unsigned n) {
+    DEVMR_CUDA_TRY(cudaMemcpy(ptrs_, saved_, n * sizeof(void*), cudaMemcpyDeviceToDevice));
+  }
+
+  template <probe Probe>
+  void time_probe(std::array<std::vector<float>, static_cast<int>(probe::count)>& ms,
+                  unsigned grid,
+                  unsigned n) {
+    restore(n);
+    ms[static_cast<int>(Probe)].push_back(
+        timer_.time_ms([&] { probe_kernel<Probe><<<grid, block_threads>>>(ptrs_, n, counters_); }));
+  }
+
+  devmr::device_pool pool_{devmr::pool_options{.initial_bytes = 24 * gib + 64 * mib}};
+  devmr::slab_heap<> heap_{pool_, devmr::heap_options{.initial_bytes = 24 * gib}};
+  devmr_bench::event_timer timer_;
+  void** ptrs_ = nullptr;
+  void** saved_ = nullptr;  ///< the pointers the allocation kernel wrote
+  unsigned* counters_ = nullptr;
+  unsigned* nulls_ = nullptr;
+};
+
+int run() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "free_bound_bench: no GPU\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  DEVMR_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
+  std::printf("free_bound_bench (what a free that releases costs at least, beside devmr's)\n");
+  std::printf("device 0: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount);
+  std::printf("%-7s %-7s", "threads", "size");
+  for (char const* name : probe_names) {
+    std::printf(" %8s", name);
+  }
+  for (char const* name : probe_names) {
+    std::printf(" %6s", name);
+  }
+  std::printf("\n%-15s %s %s\n", "", "G frees/s (median of 5) for each probe, then",
+              "the floor's time over each probe's (1 = the floor)");
+  bench b;
+  bool ok = true;
+  for (unsigned const log2_threads : {16u, 20u, 22u}) {
+    for (unsigned const size : {16u, 256u, 1024u, 4096u, mixed_size}) {
+      ok = b.row(log2_threads, size) && ok;
+    }
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "free_bound_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -88,7 +88,10 @@ class slab_heap {
   slab_heap& operator=(slab_heap const&) = delete;
 
   /// @brief The reference that kernels take by value.
-  [[nodiscard]] slab_ref<Kind> ref() const noexcept { return slab_ref<Kind>{header_}; }
+  [[nodiscard]] slab_ref<Kind> ref() const noexcept {
+    return header_ == nullptr ? slab_ref<Kind>{}
+                              : slab_ref<Kind>{header_, image_->arenas[0], image_->checked != 0};
+  }
 
   /**
    * @brief Takes at least `bytes` more from the pool, for kernels launched after this call.

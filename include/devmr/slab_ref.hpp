@@ -32,6 +32,9 @@ concept thread_group = requires(Group const& g) {
 /**
  * @brief A non-owning, trivially copyable reference to a slab_heap: what kernels take by value.
  *
+ * It holds the address of the heap's header and copies of the few words of it that never change
+ * while the heap lives (40 bytes in all); every copy stays valid across `grow` and `reset`.
+ *
  * In device code `allocate` and `deallocate` run lock-free from any number of threads at once:
  * a warp's requests of one size class share one atomic, and so do its frees of one slab. A
  * request that cannot be served returns `nullptr` and is counted (slab_heap::stats); so is an
@@ -121,14 +124,28 @@ class slab_ref {
 
  private:
   friend class slab_heap<Kind>;
-  DEVMR_HOST_DEVICE explicit slab_ref(detail::heap::heap_header* header) noexcept
-      : header_{header} {}
+  DEVMR_HOST_DEVICE slab_ref(detail::heap::heap_header* header,
+                             detail::heap::arena_desc const& first,
+                             bool checked) noexcept
+      : header_{header},
+        base_{first.base},
+        meta_{first.meta},
+        slabs_{first.slabs},
+        checked_{checked ? 1u : 0u} {}
 
   detail::heap::heap_header* header_ = nullptr;
+  // Copies of what every device allocate and free reads of the header: arena 0's entry (where
+  // most blocks lie) and the checked flag, neither of which changes while the heap lives. A kernel
+  // reads them from its parameters; from the header they were loads after the free's fence, and
+  // registers held across the claim (bench/RESULTS.md, tenth session).
+  std::byte* base_ = nullptr;                ///< arena 0's first slab
+  detail::heap::slab_meta* meta_ = nullptr;  ///< arena 0's slab metadata
+  std::uint64_t slabs_ = 0;                  ///< arena 0's slabs
+  std::uint32_t checked_ = 0;                ///< nonzero: the heap validates every free
 };
 
 static_assert(std::is_trivially_copyable_v<slab_ref<>>);
-static_assert(sizeof(slab_ref<>) == sizeof(void*));
+static_assert(sizeof(slab_ref<>) == 5 * sizeof(void*));
 
 }  // namespace devmr
 

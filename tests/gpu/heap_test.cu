@@ -590,6 +590,7 @@ TEST_CASE("grow while blocks are live: nothing moves, new memory serves new kern
   auto const before = first.verify(16);
   CHECK(before.null >= 4096);
   CHECK(before.bad == 0);
+  devmr::slab_ref<> const taken_before = heap.ref();  // copies arena 0's entry, not the others
   heap.grow(128 * mib);
   CHECK(heap.capacity() == 192 * mib);
   block_table second{n};
@@ -601,9 +602,11 @@ TEST_CASE("grow while blocks are live: nothing moves, new memory serves new kern
   CHECK(again.bad == 0);
   CHECK(again.null == before.null);
   free_all<<<first.grid(), 256>>>(heap.ref(), first.blocks, first.sizes, n);
-  free_all<<<second.grid(), 256>>>(heap.ref(), second.blocks, second.sizes, n);
+  // A ref taken before the growth frees blocks of the new arena too.
+  free_all<<<second.grid(), 256>>>(taken_before, second.blocks, second.sizes, n);
   CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(heap.stats().blocks_in_use == 0);
+  CHECK(heap.stats().invalid_frees == 0);
   devmr::heap_options const capped_options{.initial_bytes = 32 * mib, .maximum_bytes = 64 * mib};
   devmr::slab_heap<> capped{pool, capped_options};
   CHECK_THROWS_AS(capped.grow(64 * mib), devmr::out_of_memory);

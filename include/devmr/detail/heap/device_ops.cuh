@@ -35,7 +35,13 @@ __device__ __forceinline__ void release_fence() {
 }
 
 /// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
-__device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
+/// `arena0` and `checked`: arena 0's entry and the heap's flag, as the slab_ref carries them (a
+/// kernel's parameters: no load).
+__device__ inline void* device_allocate(heap_header* h,
+                                        heap_core::arena_view const& arena0,
+                                        bool checked,
+                                        std::size_t bytes,
+                                        std::size_t alignment) {
   if (bytes == 0) {
     return nullptr;
   }
@@ -65,8 +71,6 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
   unsigned const wanted = __popc(peers);
   unsigned const sm = sm_id();
   unsigned const slot = sm & h->slot_mask;
-  // Read ahead: after the claim, whose acquire empties the SM's L1, it would be a round trip.
-  bool const checked = core.checked();
 
   std::byte* mine = nullptr;
   unsigned served = 0;
@@ -74,7 +78,7 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
     std::byte* first = nullptr;
     unsigned count = 0;
     if (lane == leader) {
-      claim_result const got = core.claim(cls, slot, wanted - served, sm);
+      claim_result const got = core.claim(cls, slot, wanted - served, sm, arena0);
       first = got.first;
       count = got.count;
     }
@@ -98,14 +102,18 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
   if (mine != nullptr && checked) {
     std::uint32_t id = 0;
     std::size_t offset = 0;
-    core.locate(mine, id, offset);
+    core.locate(mine, arena0, id, offset);
     core.mark_allocated(id, offset, cls);
   }
   return mine;
 }
 
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
-__device__ inline void device_deallocate(heap_header* h, void const* p) {
+/// `first` and `checked` as for device_allocate.
+__device__ inline void device_deallocate(heap_header* h,
+                                         heap_core::arena_view const& first,
+                                         bool checked,
+                                         void const* p) {
   // The release of the frees. The warp barrier orders the last use of every calling lane's block
   // before the fence of each of them, so of the lane that will subtract for it; that fence and
   // the relaxed subtraction after it publish them to the search that acquires the slab's count.
@@ -114,8 +122,6 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
   __syncwarp(callers);
   release_fence();
   heap_core const core{h};
-  heap_core::arena_view const first = core.arena(0);
-  bool const checked = core.checked();
   std::uint32_t id = 0;
   std::size_t offset = 0;
   if (!core.locate(p, first, id, offset)) {  // no arena holds nullptr
@@ -140,6 +146,19 @@ __device__ inline void device_deallocate(heap_header* h, void const* p) {
   if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
     core.free_blocks(id, __popc(peers), sm_id(), first, fenced ? relaxed : release);
   }
+}
+
+/// Allocates from the heap at `h`, reading arena 0's entry and the checked flag from its header
+/// (the library's own kernels, which take the header).
+__device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
+  heap_core const core{h};
+  return device_allocate(h, core.arena(0), core.checked(), bytes, alignment);
+}
+
+/// Frees `p` into the heap at `h`, reading arena 0's entry and the checked flag from its header.
+__device__ inline void device_deallocate(heap_header* h, void const* p) {
+  heap_core const core{h};
+  device_deallocate(h, core.arena(0), core.checked(), p);
 }
 
 /// True when `p` lies in one of the heap's arenas.

@@ -133,7 +133,6 @@ class heap_core {
                                 std::size_t& offset) const {
     auto const address = reinterpret_cast<std::uintptr_t>(p);
     arena_view arena = first;
-    std::uint32_t const arenas = read_only(h_->arena_count);
     for (std::uint32_t a = 0;;) {
       std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(arena.base);
       if (off < (arena.slabs << slab_shift)) {
@@ -141,7 +140,7 @@ class heap_core {
         offset = off & (slab_bytes - 1);
         return true;
       }
-      if (++a >= arenas) {
+      if (++a >= read_only(h_->arena_count)) {  // read here: most blocks lie in arena 0
         return false;
       }
       arena = this->arena(a);
@@ -160,7 +159,14 @@ class heap_core {
                                        unsigned slot,
                                        std::uint32_t want,
                                        unsigned hint) const {
-    arena_view const first = arena(0);  // read ahead (see arena())
+    return claim(cls, slot, want, hint, arena(0));  // read ahead (see arena())
+  }
+  /// `first`: arena 0's entry, which the caller has at hand.
+  DEVMR_HOST_DEVICE claim_result claim(unsigned cls,
+                                       unsigned slot,
+                                       std::uint32_t want,
+                                       unsigned hint,
+                                       arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, cls, slot));
     std::uint32_t const capacity = class_capacity(cls);
     // acquire: pairs with the release that published the slot's slab (install), whose release

@@ -15,7 +15,8 @@ namespace devmr {
 template <memory_kind Kind>
 DEVMR_HOST_DEVICE void* slab_ref<Kind>::allocate(std::size_t bytes, std::size_t alignment) const {
 #if DEVMR_IS_DEVICE_CODE
-  return detail::heap::device_allocate(header_, bytes, alignment);
+  return detail::heap::device_allocate(header_, {base_, meta_, slabs_}, checked_ != 0, bytes,
+                                       alignment);
 #else
   return detail::heap::host_allocate(header_, bytes, alignment);
 #endif
@@ -24,7 +25,7 @@ DEVMR_HOST_DEVICE void* slab_ref<Kind>::allocate(std::size_t bytes, std::size_t 
 template <memory_kind Kind>
 DEVMR_HOST_DEVICE void slab_ref<Kind>::deallocate(void const* p, std::size_t, std::size_t) const {
 #if DEVMR_IS_DEVICE_CODE
-  detail::heap::device_deallocate(header_, p);
+  detail::heap::device_deallocate(header_, {base_, meta_, slabs_}, checked_ != 0, p);
 #else
   detail::heap::host_deallocate(header_, p);
 #endif

@@ -486,48 +486,44 @@ class heap_core {
   }
 
  private:
+  /// One slab from anywhere but this hint's shard and the fresh slabs: marked slabs near this
+  /// hint's cursor, then anywhere, the other shards, a piece of a longer run; no_slab if none.
+  DEVMR_HOST_DEVICE std::uint32_t take_far(unsigned hint) const {
+    std::uint32_t id = take_empty(hint, false);
+    if (id == no_slab) {
+      id = take_empty(hint, true);
+    }
+    for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
+      id = pop_any_shard(hint + s);
+    }
+    for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
+      id = pop_run(c, 1, hint);
+    }
+    if (id != no_slab) {
+      // acquire: reads the count that the last free of the slab's last life left (zero), so
+      // that those frees, all release-ordered, happen before its next use. The free that
+      // emptied it did not acquire the others (see free_blocks). Other slabs read any count,
+      // harmlessly.
+      atomic(meta(id).remaining).load(acquire);
+    }
+    return id;
+  }
+
   /// One slab from this hint's shard or the fresh ones; no_slab when neither has one.
   DEVMR_HOST_DEVICE std::uint32_t take_near(unsigned hint) const {
     std::uint32_t const id = pop(shard_head(hint));
     if (id == no_slab) {
       return take_fresh(1, hint);  // never handed out: no frees to order before its use
     }
-    atomic(meta(id).remaining).load(acquire);  // see search_run
+    atomic(meta(id).remaining).load(acquire);  // see take_far
     return id;
   }
 
   /// One search for a run of `slabs` slabs (see acquire_run).
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
-      // Own shard, a fresh slab, marked slabs near this hint's cursor, then anywhere, the other
-      // shards, a piece of a longer run.
-      std::uint32_t id = pop(shard_head(hint));
-      if (id == no_slab) {
-        id = take_fresh(1, hint);  // exactly one slab: nothing to split
-        if (id != no_slab) {
-          return id;  // never handed out: no frees to order before its use
-        }
-      }
-      if (id == no_slab) {
-        id = take_empty(hint, false);
-      }
-      if (id == no_slab) {
-        id = take_empty(hint, true);
-      }
-      for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
-        id = pop_any_shard(hint + s);
-      }
-      for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
-        id = pop_run(c, 1, hint);
-      }
-      if (id != no_slab) {
-        // acquire: reads the count that the last free of the slab's last life left (zero), so
-        // that those frees, all release-ordered, happen before its next use. The free that
-        // emptied it did not acquire the others (see free_blocks). Other slabs read any count,
-        // harmlessly.
-        atomic(meta(id).remaining).load(acquire);
-      }
-      return id;
+      std::uint32_t const id = take_near(hint);
+      return id != no_slab ? id : take_far(hint);
     }
     unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
     std::uint32_t id = pop_run(fits, slabs, hint);
@@ -753,7 +749,7 @@ class heap_core {
     if (taken) {
       // acquire: a slab that small blocks emptied was marked by the free of its last block,
       // which did not acquire the others (see free_blocks): reading the count they left, as
-      // search_run does for one slab, orders all of them before the run's use.
+      // take_far does for one slab, orders all of them before the run's use.
       DEVMR_ROLLED for (std::uint32_t i = 0; i < slabs; ++i) {
         atomic(meta(id + i).remaining).load(relaxed);
       }
@@ -1113,7 +1109,7 @@ class heap_core {
   /// Sets `marks` in word `w` of arena `a`'s bitmap (and the word's summary bit, if it was bare).
   DEVMR_HOST_DEVICE void mark(std::uint32_t a, std::uint64_t w, std::uint64_t marks) const {
     // release: orders the caller's subtraction (or pop) before the mark, so that whoever takes
-    // the mark reads the count it left (see search_run).
+    // the mark reads the count it left (see take_far).
     if (atomic(empty_word(a, w)).fetch_or(marks, release) == 0) {
       // release: whoever sees the summary bit sees the mark.
       atomic(empty_word(a, bitmap_words(a) + w / 64))

@@ -151,6 +151,22 @@ TEST_CASE("size classes cover 16 B to half a slab", "[heap][core]") {
   CHECK(floor_log2(std::uint64_t{1} << 40) == 40);
 }
 
+TEST_CASE("slots keep the slabs primed for them within half of the heap, one per SM from 8 GiB",
+          "[heap][core]") {
+  for (std::uint64_t slabs = 2 * num_classes; slabs <= (std::uint64_t{1} << 17); ++slabs) {
+    std::uint64_t const slots = std::uint64_t{slot_mask_for(slabs)} + 1;
+    REQUIRE((slots & (slots - 1)) == 0);  // SMs map to slots by a mask
+    REQUIRE(slots <= max_slots);
+    REQUIRE(slots * num_classes <= slabs / 2);  // priming gives each slot a slab of each class
+    if (slabs >= 8192) {                        // 8 GiB: as many slots as the largest GPUs' SMs
+      REQUIRE(slots == max_slots);
+    } else {
+      REQUIRE(slots * 2 * num_classes > slabs / 2);  // no fewer than the bound allows
+    }
+  }
+  CHECK(slot_mask_for(1) == 0);  // a heap of one slab still has a slot per class
+}
+
 TEST_CASE("a claim hands out consecutive aligned blocks of one slab", "[heap][core]") {
   host_heap heap{{20}, false};
   auto core = heap.core();

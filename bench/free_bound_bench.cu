@@ -24,6 +24,7 @@
 // Exit status: 0 measured, every block freed; 1 an allocation failed, a block was left, or a
 // CUDA/devmr call failed; 2 no GPU.
 
+#include "block_sizes.hpp"
 #include "event_timer.hpp"
 
 #include <devmr/pool_resource.hpp>
@@ -43,9 +44,11 @@
 
 namespace {
 
+using devmr_bench::block_size;
+using devmr_bench::mixed_size;
+
 constexpr std::size_t gib = std::size_t{1} << 30;
 constexpr std::size_t mib = std::size_t{1} << 20;
-constexpr unsigned mixed_size = 0;
 constexpr unsigned block_threads = 256;
 constexpr unsigned counter_stride = 32;  // 128 bytes
 constexpr unsigned counter_slots = 1u << 16;
@@ -54,20 +57,6 @@ constexpr int runs = 5;
 enum class probe : int { floor, wait, fence, red, atom, devmr, count };
 constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
     "floor", "wait", "fence", "red", "atom", "devmr"};
-
-/// murmur3's 32-bit finalizer, as heap_bench's mixed rows use it.
-__host__ __device__ constexpr std::uint32_t fmix32(std::uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  return h;
-}
-
-__host__ __device__ constexpr unsigned block_size(unsigned i, unsigned size_arg) {
-  return size_arg != mixed_size ? size_arg : 16u << (fmix32(i) % 9u);
-}
 
 __global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
   unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -14,6 +14,7 @@
 // Exit status: 0 all blocks checked out; 1 a check failed (wrong tag, misaligned block, a nullptr
 // from devmr or the floor) or a CUDA/devmr error; 2 no GPU; 64 bad command line.
 
+#include "block_sizes.hpp"
 #include "event_timer.hpp"
 
 #include <devmr/pool_resource.hpp>
@@ -39,13 +40,16 @@
 
 namespace {
 
+using devmr_bench::block_size;
+using devmr_bench::fmix32;
+using devmr_bench::mixed_size;
+
 constexpr std::size_t gib = std::size_t{1} << 30;
 constexpr std::size_t mib = std::size_t{1} << 20;
 
 constexpr unsigned block_threads = 256;
 constexpr unsigned churn_rounds = 16;
 constexpr unsigned churn_bytes = 64;
-constexpr unsigned mixed_size = 0;  ///< the size argument of kernels that asks for mixed sizes
 constexpr unsigned full_mask = 0xffffffffu;
 
 /// devmr: a 24 GiB heap serves the largest row (2^22 x 4096 B = 16 GiB) with slack.
@@ -94,21 +98,6 @@ __device__ __forceinline__ unsigned long long global_timer_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-/// murmur3's 32-bit finalizer: a bijective integer hash with good avalanche.
-__host__ __device__ constexpr std::uint32_t fmix32(std::uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  return h;
-}
-
-/// The block size of thread `i`: `size_arg` bytes, or 16 << (fmix32(i) % 9) for mixed rows.
-__host__ __device__ constexpr unsigned block_size(unsigned i, unsigned size_arg) {
-  return size_arg != mixed_size ? size_arg : 16u << (fmix32(i) % 9u);
 }
 
 /// Tags of thread `i`: distinct per thread (fmix32 is a bijection), first and last word differ.

@@ -64,8 +64,8 @@ struct heap_stats {
  * its blocks are freed, so a long-lived block keeps its slab from being reused. Free runs of
  * slabs are split for shorter requests; free slabs merge into a longer run when a large block
  * needs one (a slower search, taken only when no free run is long enough). Runs never span two
- * arenas, and the slabs that slots hold as current ones (partly handed out)
- * split the free space around them.
+ * arenas, and the slabs that slots hold as current ones (partly handed out) split the free
+ * space around them.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still

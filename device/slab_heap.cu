@@ -81,7 +81,8 @@ __global__ void reset_kernel(heap_header* h) {
 }
 
 /// Gives each slot that kernels use (heap_core::slots_in_use) a slab of its own, in every class
-/// (heap_core::prime). So the first claims on an SM after a heap is made, grown or reset find a
+/// while they stay within half of the heap, smallest classes first (heap_core::prime_count,
+/// heap_core::prime). So the first claims on an SM after a heap is made, grown or reset find a
 /// slab instead of all waiting for one install per class (on the H200, 2^16 threads asking for
 /// 16 B blocks waited about 3 us for it; bench/RESULTS.md). The slabs are fresh ones in a row,
 /// slot after slot and class after class, so that every reset places a slot's blocks where the
@@ -90,7 +91,10 @@ __global__ void reset_kernel(heap_header* h) {
 __global__ void prime_kernel(heap_header* h) {
   heap_core const core{h};
   unsigned const slots = core.slots_in_use();
-  unsigned const count = num_classes * slots;
+  unsigned const count = core.prime_count();
+  if (count == 0) {
+    return;
+  }
   __shared__ std::uint32_t first;
   if (threadIdx.x == 0) {
     first = core.take_fresh_slabs(count);

@@ -55,17 +55,19 @@ struct heap_stats {
  * The heap takes arenas from `upstream` (which must outlive it) and hands kernels a `slab_ref`.
  * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
  * larger blocks are runs of whole slabs. Slabs are formatted lazily, so construction does not
- * depend on the heap's size; only the slots of the SMs' current slabs get one of every class up
- * front (construction, `grow` and `reset` launch one block of threads for it), so that the first
- * allocations on an SM do not all wait for it to install one (heaps under 8 GiB have fewer slots
- * than SMs, which then share them, so that those slabs stay within half of the heap; 4 to 8 GiB:
- * 128 slots, 1 GiB: 32). A slot gives such a slab back when memory runs short while none of its
- * blocks is live. A slab hands each of its blocks out once and returns to circulation when all
- * its blocks are freed, so a long-lived block keeps its slab from being reused. Free runs of
- * slabs are split for shorter requests; free slabs merge into a longer run when a large block
- * needs one (a slower search, taken only when no free run is long enough). Runs never span two
- * arenas, and the slabs that slots hold as current ones (partly handed out) split the free
- * space around them.
+ * depend on the heap's size; only the slots of the SMs' current slabs get one up front
+ * (construction, `grow` and `reset` launch one block of threads for it), so that the first
+ * allocations on an SM do not all wait for it to install one. Those slabs stay within half of the
+ * heap: from 4 GiB every SM has a slot, and from 5 GiB every slot a slab of every class (on the
+ * H200's 132 SMs); smaller heaps have fewer slots than SMs, which then share them (one per 16
+ * slabs of the heap: 2 GiB 128 slots, 1 GiB 64), and only their smallest classes get a slab up
+ * front. A slot gives such a slab back
+ * when memory runs short while none of its blocks is live. A slab hands each of its blocks out once
+ * and returns to circulation when all its blocks are freed, so a long-lived block keeps its slab
+ * from being reused. Free runs of slabs are split for shorter requests; free slabs merge into a
+ * longer run when a large block needs one (a slower search, taken only when no free run is long
+ * enough). Runs never span two arenas, and the slabs that slots hold as current ones (partly handed
+ * out) split the free space around them.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still

@@ -151,20 +151,38 @@ TEST_CASE("size classes cover 16 B to half a slab", "[heap][core]") {
   CHECK(floor_log2(std::uint64_t{1} << 40) == 40);
 }
 
-TEST_CASE("slots keep the slabs primed for them within half of the heap, one per SM from 8 GiB",
+TEST_CASE("every slot of every class fits in the heap, one slot per SM from 4 GiB",
           "[heap][core]") {
-  for (std::uint64_t slabs = 2 * num_classes; slabs <= (std::uint64_t{1} << 17); ++slabs) {
+  for (std::uint64_t slabs = 1; slabs <= (std::uint64_t{1} << 17); ++slabs) {
     std::uint64_t const slots = std::uint64_t{slot_mask_for(slabs)} + 1;
     REQUIRE((slots & (slots - 1)) == 0);  // SMs map to slots by a mask
     REQUIRE(slots <= max_slots);
-    REQUIRE(slots * num_classes <= slabs / 2);  // priming gives each slot a slab of each class
-    if (slabs >= 8192) {                        // 8 GiB: as many slots as the largest GPUs' SMs
-      REQUIRE(slots == max_slots);
+    if (slabs < num_classes) {
+      REQUIRE(slots == 1);  // a heap of one slab still has a slot per class
     } else {
-      REQUIRE(slots * 2 * num_classes > slabs / 2);  // no fewer than the bound allows
+      REQUIRE(slots * num_classes <= slabs);  // a slab in every slot of every class fits
+    }
+    if (slabs >= 4096) {  // 4 GiB: as many slots as the largest GPUs' SMs
+      REQUIRE(slots == max_slots);
+    } else if (slabs >= num_classes) {
+      REQUIRE(slots * 2 * num_classes > slabs);  // no fewer than the bound allows
     }
   }
-  CHECK(slot_mask_for(1) == 0);  // a heap of one slab still has a slot per class
+}
+
+TEST_CASE("priming fills every slot of the smallest classes within half of the heap",
+          "[heap][core]") {
+  for (std::uint64_t slabs : {1, 20, 31, 32, 33, 64, 100, 128, 300, 1000, 2048}) {
+    host_heap heap{{slabs}, false};
+    auto core = heap.core();
+    std::uint64_t const all = std::uint64_t{num_classes} * core.slots_in_use();
+    std::uint32_t const primed = core.prime_count();
+    CHECK(primed <= slabs / 2);
+    CHECK(primed == std::min(all, slabs / 2));  // no fewer than half of the heap allows
+  }
+  // Grown, a heap primes as its size allows.
+  host_heap grown{{16, 48}, false};
+  CHECK(grown.core().prime_count() == 32);
 }
 
 TEST_CASE("a claim hands out consecutive aligned blocks of one slab", "[heap][core]") {

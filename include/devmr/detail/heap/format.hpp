@@ -11,14 +11,14 @@
 
 namespace devmr::detail::heap {
 
-/// Slots per class for a heap of `slabs` slabs: one per SM on large heaps (8 GiB and up), fewer
-/// on small ones, so that the slabs primed for the slots (one per slot and class) stay within half
-/// of the heap. Fewer slots are slower: SMs that share one queue on its word and wait for each
-/// other's installs (at 2^16 threads, 4 KiB blocks on 4 GiB ran at 0.49x of the floor with 64
-/// slots, 0.59x with 128, 0.71x with one per SM), and priming the whole heap is far slower still
-/// (1 GiB with 64 slots: 0.04x; bench/RESULTS.md, tenth session).
+/// Slots per class for a heap of `slabs` slabs: one per SM where the heap can give every slot of
+/// every class a slab (2 GiB and up cover the largest GPUs' SMs), fewer on smaller heaps, so that
+/// the slots' current slabs never hold the whole heap. Fewer slots are slower: SMs that share one
+/// queue on its word and wait for each other's installs (at 2^16 threads, 4 KiB blocks on 4 GiB
+/// ran at 0.49x of the floor with 64 slots, 0.71x with one per SM; bench/RESULTS.md, tenth
+/// session). Priming fills at most half of the heap (heap_core::prime_count).
 inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
-  std::uint64_t const per_class = slabs / (num_classes * 2);
+  std::uint64_t const per_class = slabs / num_classes;
   std::uint64_t const slots = per_class < 1 ? 1 : (per_class > max_slots ? max_slots : per_class);
   return (std::uint32_t{1} << floor_log2(slots)) - 1;
 }

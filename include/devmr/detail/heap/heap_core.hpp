@@ -302,6 +302,21 @@ class heap_core {
 #endif
   }
 
+  /// How many slots prime fills, class by class from the smallest (slot after slot within a
+  /// class): every slot in use of every class, or as many as half of the heap's slabs allow.
+  /// The classes past those start vacant, and each SM's first claim in one installs its slab:
+  /// priming the whole heap would leave nothing for installs but other slots' slabs (1 GiB at
+  /// 2^16 threads, 4 KiB blocks: 0.04x of the floor; bench/RESULTS.md, tenth session).
+  DEVMR_HOST_DEVICE std::uint32_t prime_count() const {
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    std::uint64_t slabs = 0;
+    for (std::uint32_t a = 0; a < arenas; ++a) {
+      slabs += read_only(h_->arenas[a].slabs);
+    }
+    std::uint64_t const all = std::uint64_t{num_classes} * slots_in_use();
+    return static_cast<std::uint32_t>(all < slabs / 2 ? all : slabs / 2);
+  }
+
   /// `count` fresh slabs in a row (never handed out), for prime: the first's id, or no_slab.
   DEVMR_HOST_DEVICE std::uint32_t take_fresh_slabs(std::uint32_t count) const {
     return take_fresh(count, 0);

@@ -323,8 +323,9 @@ TEST_CASE("one SM fills the heap: the slabs primed for every SM's slots come bac
           "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
-  // Construction gave each slot of every class a slab: half of this heap. A kernel on one
-  // SM asking for twice the heap in 4 KiB blocks gets them all the same.
+  // Construction gave each of the 64 slots of the eight smallest classes a slab: half of this
+  // heap (the 4 KiB class starts vacant). A kernel on one SM asking for twice the heap in 4 KiB
+  // blocks gets them all the same.
   block_table table{static_cast<std::uint32_t>(2 * heap.capacity() / 4096)};
   allocate_in_one_block<<<1, 1024>>>(heap.ref(), table.blocks, table.sizes, table.n, 4096);
   CUDA_CHECK(cudaGetLastError());

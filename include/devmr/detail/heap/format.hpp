@@ -57,11 +57,7 @@ inline void add_arena(heap_header& h, arena_desc const& arena) {
       h.empty_cursor[hint] = first_cursor(h, hint);
     }
   }
-  std::uint64_t slabs = 0;
-  for (std::uint32_t a = 0; a < h.arena_count; ++a) {
-    slabs += h.arenas[a].slabs;
-  }
-  h.slot_mask = slot_mask_for(slabs);
+  h.slot_mask = slot_mask_for(heap_slabs(h));
 }
 
 }  // namespace devmr::detail::heap

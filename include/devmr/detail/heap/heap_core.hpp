@@ -308,11 +308,7 @@ class heap_core {
   /// priming the whole heap would leave nothing for installs but other slots' slabs (1 GiB at
   /// 2^16 threads, 4 KiB blocks: 0.04x of the floor; bench/RESULTS.md, tenth session).
   DEVMR_HOST_DEVICE std::uint32_t prime_count() const {
-    std::uint32_t const arenas = read_only(h_->arena_count);
-    std::uint64_t slabs = 0;
-    for (std::uint32_t a = 0; a < arenas; ++a) {
-      slabs += read_only(h_->arenas[a].slabs);
-    }
+    std::uint64_t const slabs = heap_slabs(*h_);
     std::uint64_t const all = std::uint64_t{num_classes} * slots_in_use();
     return static_cast<std::uint32_t>(all < slabs / 2 ? all : slabs / 2);
   }

@@ -230,6 +230,15 @@ struct heap_header {
 };
 static_assert(num_classes * sizeof(std::uint64_t) == 128);  // one line of slots per SM
 
+/// Slabs in the published arenas of `h`.
+DEVMR_HOST_DEVICE inline std::uint64_t heap_slabs(heap_header const& h) {
+  std::uint64_t slabs = 0;
+  for (std::uint32_t a = 0; a < h.arena_count; ++a) {
+    slabs += h.arenas[a].slabs;
+  }
+  return slabs;
+}
+
 /// The slot word of class `cls` in slot `slot`.
 DEVMR_HOST_DEVICE inline std::uint64_t& slot_word_of(heap_header& h, unsigned cls, unsigned slot) {
   return h.slots[slot][cls];

@@ -25,6 +25,7 @@
 // CUDA/devmr call failed; 2 no GPU.
 
 #include "block_sizes.hpp"
+#include "device_line.hpp"
 #include "event_timer.hpp"
 
 #include <devmr/pool_resource.hpp>
@@ -230,16 +231,11 @@ class bench {
 };
 
 int run() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "free_bound_bench: no GPU\n");
+  if (!devmr_bench::open_device(
+          "free_bound_bench",
+          "free_bound_bench (what a free that releases costs at least, beside devmr's)")) {
     return 2;
   }
-  cudaDeviceProp prop{};
-  DEVMR_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
-  std::printf("free_bound_bench (what a free that releases costs at least, beside devmr's)\n");
-  std::printf("device 0: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount);
   std::printf("%-7s %-7s", "threads", "size");
   for (char const* name : probe_names) {
     std::printf(" %8s", name);

@@ -13,6 +13,7 @@
 //
 // Exit status: 0 every allocation succeeded; 1 one failed, or a CUDA/devmr error; 2 no GPU.
 
+#include "device_line.hpp"
 #include "event_timer.hpp"
 
 #include <devmr/pool_resource.hpp>
@@ -141,16 +142,10 @@ unsigned gather_rows(devmr_bench::event_timer& timer) {
 }
 
 int run() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "heap_fill_bench: no GPU\n");
+  if (!devmr_bench::open_device("heap_fill_bench",
+                                "heap_fill_bench (devmr slab_heap near its end)")) {
     return 2;
   }
-  cudaDeviceProp prop{};
-  DEVMR_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
-  std::printf("heap_fill_bench (devmr slab_heap near its end)\n");
-  std::printf("device 0: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount);
   std::printf("%-34s %8s %8s %8s\n", "case", "ms", "min", "max");
   devmr_bench::event_timer timer;
   unsigned const failures = fill_rows(timer) + gather_rows(timer);

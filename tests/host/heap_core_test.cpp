@@ -627,7 +627,9 @@ void churn(host_heap& heap,
     live.pop_back();
   };
   std::uint32_t tag = thread << 24;
-  unsigned const slots = heap.header().slot_mask + 1;
+  // Two threads to a slot, as the warps of an SM share its slot: claims race on one slot word
+  // however many cores the machine has (a thread to a slot would race only on the stacks).
+  unsigned const slot = (thread / 2) % (heap.header().slot_mask + 1);
   for (int op = 0; op < operations; ++op) {
     if (live.size() > 400 || (!live.empty() && random() % 100 < 45)) {
       give_back(random() % live.size());
@@ -648,7 +650,7 @@ void churn(host_heap& heap,
     unsigned const cls = random() % 9;  // 16 B .. 4 KiB, like the benchmark's mixed sizes
     std::uint32_t want = 1 + random() % 32;
     while (want > 0) {
-      claim_result const got = core.claim(cls, thread % slots, want, thread);
+      claim_result const got = core.claim(cls, slot, want, thread);
       if (got.count == 0) {
         break;  // out of memory: a legal answer, the live set shrinks next
       }

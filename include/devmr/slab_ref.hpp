@@ -21,13 +21,43 @@ void host_deallocate(heap_header* h, void const* p);
 bool host_owns(heap_header const* h, void const* p) noexcept;
 }  // namespace detail::heap
 
-/// @brief A cooperative group that can elect a leader and synchronize (cooperative_groups types).
+namespace detail {
+/// A group that can elect a leader and synchronize.
 template <class Group>
-concept thread_group = requires(Group const& g) {
+concept synchronizing_group = requires(Group const& g) {
   g.thread_rank();
   g.size();
   g.sync();
 };
+/// A group whose members can take a value from one of them by shuffle: a tile, a coalesced group.
+template <class Group>
+concept shuffling_group = requires(Group const& g, void* p) {
+  g.shfl(p, 0u);
+};
+/// A whole thread block.
+template <class Group>
+concept block_group = requires(Group const& g) {
+  g.group_index();
+  g.thread_index();
+};
+/// A group of several blocks: a grid, a cluster.
+template <class Group>
+concept multi_block_group = requires(Group const& g) {
+  g.num_blocks();
+};
+/// A group that can hand its members one pointer: by shuffle, or through a block's shared memory.
+template <class Group>
+concept pointer_sharing_group = shuffling_group<Group> || block_group<Group>;
+}  // namespace detail
+
+/// @brief A cooperative group that can elect a leader, synchronize and hand its members one
+/// pointer: a thread block (through its shared memory), or a tile or coalesced group of one (by
+/// a shuffle), as cooperative_groups makes them. Not a group that spans blocks (a grid, a
+/// cluster), nor the type-erased `thread_group`, which may be one of a block's tiles and has no
+/// shuffle.
+template <class Group>
+concept thread_group = !detail::multi_block_group<Group> && detail::synchronizing_group<Group> &&
+                       detail::pointer_sharing_group<Group>;
 
 /**
  * @brief A non-owning, trivially copyable reference to a slab_heap: what kernels take by value.

@@ -22,6 +22,20 @@
 
 namespace cg = cooperative_groups;
 
+// Group allocation takes a block (the pointer goes through its shared memory) or a tile or
+// coalesced group (a shuffle); groups that span blocks, and the type-erased thread_group (maybe
+// one of several tiles of a block, with no shuffle), do not compile.
+static_assert(devmr::thread_group<cg::thread_block>);
+static_assert(devmr::thread_group<cg::thread_block_tile<32>>);
+static_assert(devmr::thread_group<cg::thread_block_tile<4>>);
+static_assert(devmr::thread_group<cg::thread_block_tile<64>>);
+static_assert(devmr::thread_group<cg::coalesced_group>);
+static_assert(!devmr::thread_group<cg::thread_group>);
+static_assert(!devmr::thread_group<cg::grid_group>);
+#if defined(_CG_HAS_CLUSTER_GROUP)
+static_assert(!devmr::thread_group<cg::cluster_group>);
+#endif
+
 namespace {
 
 #define CUDA_CHECK(call) REQUIRE((call) == cudaSuccess)
@@ -476,18 +490,22 @@ __device__ void group_round_trip(devmr::slab_ref<> ref,
     }
     return;
   }
+  if (g.thread_rank() == 0) {
+    firsts[group_id] = p;
+  }
+  // Each member tags its share of the words and, after the sync, checks the next member's share
+  // and that it holds the first member's pointer: members with blocks of their own would fail.
   std::size_t const words = bytes / 4;
   for (std::size_t w = g.thread_rank(); w < words; w += g.size()) {
     p[w] = group_id;
   }
   g.sync();
-  for (std::size_t w = g.thread_rank(); w < words; w += g.size()) {
-    if (p[w] != group_id) {
-      atomicAdd(errors, 1ull);
-    }
+  unsigned long long wrong = firsts[group_id] != p ? 1 : 0;
+  for (std::size_t w = (g.thread_rank() + 1) % g.size(); w < words; w += g.size()) {
+    wrong += p[w] != group_id ? 1 : 0;
   }
-  if (g.thread_rank() == 0) {
-    firsts[group_id] = p;
+  if (wrong != 0) {
+    atomicAdd(errors, wrong);
   }
   ref.deallocate(g, p, bytes);
 }

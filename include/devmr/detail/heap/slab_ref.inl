@@ -50,7 +50,8 @@ __device__ void* broadcast(Group const& g, void* value) {
     g.sync();  // a shuffle orders no memory: the first thread's allocation happens before any use
     return value;
   } else {
-    __shared__ void* slot;  // one per block: a block-wide group is the only user
+    // A whole block (thread_group admits no other group without a shuffle): one slot per block.
+    __shared__ void* slot;
     if (g.thread_rank() == 0) {
       slot = value;
     }

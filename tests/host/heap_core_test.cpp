@@ -419,6 +419,37 @@ TEST_CASE(
   CHECK(core.allocate_large(8 * slab_bytes, 0) != nullptr);  // nothing is lost
 }
 
+TEST_CASE("one-slab blocks and a new class's first claim take the slabs that idle slots hold",
+          "[heap][core]") {
+  // Nine classes claim a block each, so that their slot holds every slab of the heap; once the
+  // blocks are freed, nothing is live, but each slab is still its class's current one.
+  host_heap heap{{9}, false};
+  auto core = heap.core();
+  std::vector<claim_result> blocks;
+  for (unsigned cls = 0; cls < 9; ++cls) {
+    blocks.push_back(core.claim(cls, 0, 1, 0));
+    REQUIRE(blocks.back().count == 1);
+  }
+  CHECK(core.allocate_large(slab_bytes, 0) == nullptr);  // every slab holds a live block
+  CHECK(core.claim(9, 0, 1, 0).count == 0);
+  for (claim_result const& got : blocks) {
+    core.free_one(got.first, 0);
+  }
+  REQUIRE(heap.blocks_in_use() == 0);
+  // A block of one whole slab takes one from a slot...
+  void* run = core.allocate_large(slab_bytes, 0);
+  CHECK(run != nullptr);
+  // ...and so does the first claim of a class no slot has a slab for (the slots gave theirs up).
+  claim_result const first = core.claim(9, 0, 4, 0);
+  CHECK(first.count == 4);
+  core.free_one(run, 0);
+  for (std::uint32_t i = 0; i < first.count; ++i) {
+    core.free_one(first.first + i * class_bytes(9), 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().counters.failed_allocations == 0);
+}
+
 TEST_CASE("a large block gathers the slabs primed for the slots, used or not", "[heap][core]") {
   host_heap heap{{20}, false};
   auto core = heap.core();

@@ -243,19 +243,29 @@ class heap_core {
   /// Installs a slab in slot `slot` of class `cls`, which this thread holds (its claim found the
   /// slot vacant or used its slab up, or it took the installation over; see claim): formats it
   /// with its first `want` blocks (at most all but one) claimed for this thread, and publishes
-  /// it. Out of slabs, the slot is left vacant (see give_up), and the claim looks for room in the
-  /// other slots' slabs.
+  /// it. Out of slabs, a claim (`want` > 0) takes blocks from the current slab of another slot of
+  /// its class (steal); if none has room, the slots give up their current slabs whose blocks are
+  /// all free (reopen_slab), and the install takes one of those. Otherwise the slot is left
+  /// vacant (give_up) for the claims that wait for it to claim again, the first of them
+  /// searching in turn.
   /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
   DEVMR_HOST_DEVICE claim_result install(unsigned cls,
                                          unsigned slot,
                                          std::uint32_t want,
                                          unsigned hint,
                                          arena_view const& first) const {
-    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    std::uint32_t const id = acquire_run(1, hint, want != 0 ? cls : num_classes);
+    std::uint32_t id = acquire_run(1, hint, want != 0 ? cls : num_classes);
+    if (id == no_slab && want != 0) {
+      claim_result const got = steal(cls, slot, want);
+      if (got.count != 0) {
+        give_up(slot, cls);
+        return got;
+      }
+      id = reopen_slab(hint);
+    }
     if (id == no_slab) {
-      give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
-      return want == 0 ? claim_result{nullptr, 0} : steal(cls, slot, want);
+      give_up(slot, cls);
+      return {nullptr, 0};
     }
     // At most all blocks but one: a slab is used up by a claim that takes its last block, and
     // that claim installs the next (see claim); one published used up would wait for nobody.
@@ -355,11 +365,11 @@ class heap_core {
       return nullptr;
     }
     std::uint32_t id = acquire_run(static_cast<std::uint32_t>(slabs), hint);
-    if (id == no_slab && slabs > 1) {
+    if (id == no_slab) {
       // Called here, not in acquire_run: ptxas gives a called function registers above those
       // its callers hold at the call, and few are live here. (Inside acquire_run, this search
       // raised every allocating kernel from 64 registers to 99.)
-      id = gather_run(static_cast<std::uint32_t>(slabs));
+      id = slabs > 1 ? gather_run(static_cast<std::uint32_t>(slabs)) : reopen_slab(hint);
     }
     if (id == no_slab) {
       return nullptr;
@@ -612,6 +622,20 @@ class heap_core {
       idle.store(0, relaxed);
     }
     return no_slab;
+  }
+
+  /// The last resort of a search for one slab, when acquire_run found none (and, for a claim,
+  /// no other slot had blocks to spare): the slots give up the current slabs whose claimed blocks
+  /// are all free (close_slots, which gather_run does for longer runs), and the search looks
+  /// again. Without it, the slots of classes no longer in use keep those slabs (up to one per
+  /// class for every slot), and a heap with no live block refuses one-slab blocks and the first
+  /// blocks of a class. Out of line, for the registers of the allocating kernels.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reopen_slab(unsigned hint) const {
+    // In flight while the slabs are closed, so that a search that misses the marks of another
+    // thread's closing looks again (acquire_run) instead of reporting the heap out of memory.
+    begin_in_flight();
+    end_in_flight(close_slots());
+    return acquire_run(1, hint);
   }
 
   /// The last resort of a search for `slabs` (> 1) contiguous slabs: they are looked for among
@@ -913,6 +937,11 @@ class heap_core {
            !slot_word.compare_exchange_weak(seen, make_slot(next_installer(slot_id(seen)), 0),
                                             relaxed, relaxed)) {
     }
+  }
+  /// give_up for slot `slot` of class `cls`, from what the slot holds now.
+  DEVMR_HOST_DEVICE void give_up(unsigned slot, unsigned cls) const {
+    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
+    give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
   }
 
   /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same

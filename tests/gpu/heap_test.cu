@@ -11,6 +11,8 @@
 #include <thrust/sort.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -53,14 +55,15 @@ __host__ __device__ std::uint32_t mix(std::uint32_t x) {
 }
 
 /// A `fixed` size for size_of: mixed small sizes, and one block in 16 of 1 to 4 MiB (and a bit).
-constexpr std::size_t mixed_and_runs = 1;
+/// No request is that large.
+constexpr std::size_t mixed_and_runs = ~std::size_t{0};
 
 /// Size of thread i's block: `fixed`, or mixed (16 << (hash % 9)) when fixed is 0.
 __host__ __device__ std::size_t size_of(std::size_t fixed, std::uint32_t i) {
   if (fixed == mixed_and_runs && mix(i) % 16 == 0) {
     return (std::size_t{1} + mix(i + 1) % 4) * mib + mix(i + 2) % 4096;
   }
-  return fixed > mixed_and_runs ? fixed : std::size_t{16} << (mix(i) % 9);
+  return fixed != 0 && fixed != mixed_and_runs ? fixed : std::size_t{16} << (mix(i) % 9);
 }
 
 /// Offset of the last whole 4-byte word of a block of `bytes` (>= 4) bytes.
@@ -68,7 +71,12 @@ __host__ __device__ std::size_t last_word(std::size_t bytes) {
   return (bytes - 4) & ~std::size_t{3};
 }
 
+/// Tags a block at its first and last word; a block of under 4 bytes gets a byte of the tag.
 __device__ void write_tags(void* p, std::size_t bytes, std::uint32_t tag) {
+  if (bytes < 4) {
+    *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(tag);
+    return;
+  }
   auto* first = static_cast<std::uint32_t*>(p);
   auto* last = reinterpret_cast<std::uint32_t*>(static_cast<char*>(p) + last_word(bytes));
   *first = tag;
@@ -111,11 +119,17 @@ __global__ void verify_all(void* const* blocks,
     atomicAdd(null, 1ull);
     return;
   }
-  auto const* first = static_cast<std::uint32_t const*>(p);
-  auto const* last =
-      reinterpret_cast<std::uint32_t const*>(static_cast<char*>(p) + last_word(sizes[i]));
+  bool intact = false;
+  if (sizes[i] < 4) {
+    intact = *static_cast<std::uint8_t const*>(p) == static_cast<std::uint8_t>(i);
+  } else {
+    auto const* first = static_cast<std::uint32_t const*>(p);
+    auto const* last =
+        reinterpret_cast<std::uint32_t const*>(static_cast<char*>(p) + last_word(sizes[i]));
+    intact = *first == i && *last == ~i;
+  }
   std::size_t const need = alignment < 16 ? 16 : alignment;
-  if (*first != i || *last != ~i || reinterpret_cast<std::uintptr_t>(p) % need != 0) {
+  if (!intact || reinterpret_cast<std::uintptr_t>(p) % need != 0) {
     atomicAdd(bad, 1ull);
   }
 }
@@ -187,6 +201,48 @@ struct block_table {
   unsigned long long* counters = nullptr;
 };
 
+/// What stats() should report while every block of allocate_all is live: worked out here from
+/// the sizes, not by the library's code. A request takes the smallest power of two of at least
+/// 16 B, its size and its alignment, up to 512 KiB; above, a run of whole 1 MiB slabs.
+struct expected_use {
+  expected_use(std::uint32_t n, std::size_t fixed, std::size_t alignment) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::size_t const size = std::max(size_of(fixed, i), alignment);
+      if (size > 512 * 1024) {
+        std::size_t const slabs = (size + mib - 1) / mib;
+        ++large_blocks;
+        large_bytes += slabs * mib;
+        continue;
+      }
+      std::size_t cls = 0;
+      while ((std::size_t{16} << cls) < size) {
+        ++cls;
+      }
+      ++blocks[cls];
+      bytes += std::size_t{16} << cls;
+    }
+    bytes += large_bytes;
+  }
+  std::array<std::size_t, devmr::heap_stats::num_size_classes> blocks{};
+  std::size_t large_blocks = 0;
+  std::size_t large_bytes = 0;
+  std::size_t bytes = 0;  ///< small and large
+};
+
+/// Checks the per-class and large-block figures of `s` against `want`.
+void check_use(devmr::heap_stats const& s, expected_use const& want) {
+  for (std::size_t c = 0; c < devmr::heap_stats::num_size_classes; ++c) {
+    INFO("size class " << c);
+    std::size_t const block = std::size_t{16} << c;
+    CHECK(s.classes[c].block_bytes == block);
+    CHECK(s.classes[c].blocks_in_use == want.blocks[c]);
+    CHECK(s.classes[c].slabs * (mib / block) >= want.blocks[c]);  // its slabs hold its blocks
+  }
+  CHECK(s.large_blocks_in_use == want.large_blocks);
+  CHECK(s.large_bytes_in_use == want.large_bytes);
+  CHECK(s.bytes_in_use == want.bytes);
+}
+
 template <class Heap>
 void allocate_verify_free(Heap& heap,
                           block_table& table,
@@ -203,11 +259,12 @@ void allocate_verify_free(Heap& heap,
   CHECK(r.overlaps == 0);
   auto in_use = heap.stats();
   CHECK(in_use.blocks_in_use == table.n);
+  check_use(in_use, expected_use{table.n, fixed, alignment});
   free_all<<<table.grid(), 256>>>(ref, table.blocks, table.sizes, table.n);
   CUDA_CHECK(cudaDeviceSynchronize());
   auto const after = heap.stats();
   CHECK(after.blocks_in_use == 0);
-  CHECK(after.bytes_in_use == 0);
+  check_use(after, expected_use{0, fixed, alignment});
   CHECK(after.failed_allocations == before.failed_allocations);
   CHECK(after.invalid_frees == before.invalid_frees);
 }
@@ -228,18 +285,22 @@ TEST_CASE("2^20 threads, every size class and mixed sizes: no overlap, aligned, 
       allocate_verify_free(heap, table, size, 16);
     }
     allocate_verify_free(heap, table, 0, 16);
+    allocate_verify_free(heap, table, 1, 16);  // below the smallest class
+    allocate_verify_free(heap, table, 12, 16);
     allocate_verify_free(heap, table, 24, 16);    // between classes
     allocate_verify_free(heap, table, 1000, 16);  // between classes
   }
 }
 
-TEST_CASE("2^22 threads, mixed sizes and 4 KiB: no overlap, all returned", "[heap][gpu][big]") {
+TEST_CASE("2^22 threads, every size class to 4 KiB and mixed sizes: no overlap, all returned",
+          "[heap][gpu][big]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 20 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 18 * gib}};
   block_table table{1u << 22};
   allocate_verify_free(heap, table, 0, 16);
-  allocate_verify_free(heap, table, 4096, 16);
-  allocate_verify_free(heap, table, 64, 16);
+  for (std::size_t size = 16; size <= 4096; size *= 2) {  // 8 KiB blocks would need 32 GiB
+    allocate_verify_free(heap, table, size, 16);
+  }
 }
 
 TEST_CASE("large classes and runs of slabs from kernels", "[heap][gpu]") {
@@ -250,19 +311,26 @@ TEST_CASE("large classes and runs of slabs from kernels", "[heap][gpu]") {
   allocate_verify_free(heap, one, 4 * gib, 16);
   allocate_verify_free(heap, one, 4 * gib, 16);  // the same run again, from its free stack
   block_table table{1u << 10};
-  for (std::size_t size : {std::size_t{65536}, std::size_t{262144}, std::size_t{524288},
-                           std::size_t{524289}, std::size_t{1000000}, std::size_t{3} << 20}) {
+  for (std::size_t size :
+       {std::size_t{32768}, std::size_t{65536}, std::size_t{131072}, std::size_t{262144},
+        std::size_t{524288}, std::size_t{524289}, std::size_t{1000000}, std::size_t{3} << 20}) {
     allocate_verify_free(heap, table, size, 16);
   }
 }
 
-TEST_CASE("every power-of-two alignment up to 4096 is honoured", "[heap][gpu]") {
+TEST_CASE("every power-of-two alignment up to 1 MiB is honoured", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 3 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 2 * gib}};
   block_table table{1u << 16};
   for (std::size_t alignment = 1; alignment <= 4096; alignment *= 2) {
     allocate_verify_free(heap, table, 24, alignment);
     allocate_verify_free(heap, table, 0, alignment);
+  }
+  // Above 4 KiB a block takes the class of its alignment (1 MiB: a run of one slab), so fewer.
+  block_table few{1u << 10};
+  for (std::size_t alignment = 8192; alignment <= mib; alignment *= 2) {
+    allocate_verify_free(heap, few, 24, alignment);
+    allocate_verify_free(heap, few, 0, alignment);
   }
 }
 
@@ -272,51 +340,70 @@ __global__ void misuse(devmr::slab_ref<> ref, void** results) {
   results[0] = ref.allocate(0);                         // nothing, and no failure
   results[1] = ref.allocate(64, 3);                     // not a power of two: counted
   results[2] = ref.allocate(64, std::size_t{1} << 21);  // above a slab: counted
-  ref.deallocate(nullptr, 64);                          // nothing
+  ref.deallocate(nullptr, 64);                          // nothing, and no invalid free
+  void const* block = ref.allocate(64);                 // freed through a pointer to const
+  results[3] = const_cast<void*>(block);
+  ref.deallocate(block, 64);
 }
 
 }  // namespace
 
 TEST_CASE("zero bytes, bad alignments and null frees", "[heap][gpu]") {
   devmr::device_pool pool{};
-  devmr::slab_heap<> heap{pool};
   void** results = nullptr;
-  CUDA_CHECK(cudaMallocManaged(&results, 3 * sizeof(void*)));
-  misuse<<<1, 1>>>(heap.ref(), results);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CHECK(results[0] == nullptr);
-  CHECK(results[1] == nullptr);
-  CHECK(results[2] == nullptr);
-  auto const s = heap.stats();
-  CHECK(s.bad_alignments == 2);
-  CHECK(s.failed_allocations == 0);
-  CHECK(s.blocks_in_use == 0);
+  CUDA_CHECK(cudaMallocManaged(&results, 4 * sizeof(void*)));
+  for (bool const checked : {false, true}) {
+    INFO("checked heap: " << checked);
+    devmr::slab_heap<> heap{pool, devmr::heap_options{.checked = checked}};
+    misuse<<<1, 1>>>(heap.ref(), results);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(results[0] == nullptr);
+    CHECK(results[1] == nullptr);
+    CHECK(results[2] == nullptr);
+    CHECK(results[3] != nullptr);
+    auto ref = heap.ref();
+    CHECK(ref.allocate(0) == nullptr);  // the host path too
+    ref.deallocate(nullptr, 64);
+    auto const s = heap.stats();
+    CHECK(s.bad_alignments == 2);
+    CHECK(s.failed_allocations == 0);
+    CHECK(s.invalid_frees == 0);
+    CHECK(s.double_frees == 0);
+    CHECK(s.blocks_in_use == 0);
+  }
   cudaFree(results);
 }
 
 TEST_CASE("out-of-memory storms return nullptr, count it, and recover after frees", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};
-  // Ask for twice the heap in 1 KiB blocks (and again in mixed sizes).
+  // Ask for twice the heap in 1 KiB blocks, then in mixed sizes (16 B to 4 KiB, 900 B on
+  // average), then in 1 KiB blocks again.
   block_table table{(512u * 1024 * 1024) / 1024};
-  for (int round = 0; round < 3; ++round) {
-    allocate_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n, 1024, 16);
+  std::uint64_t failed_before = 0;
+  for (std::size_t const size : {std::size_t{1024}, std::size_t{0}, std::size_t{1024}}) {
+    INFO("block size " << size << " (0: mixed)");
+    allocate_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n, size, 16);
     auto const r = table.verify(16);
     CHECK(r.bad == 0);
     CHECK(r.overlaps == 0);
     CHECK(r.null > 0);
     auto const s = heap.stats();
-    CHECK(s.failed_allocations >= r.null);
-    // Nearly all the heap was handed out before the failures (slots keep a few slabs partly used).
-    CHECK(s.bytes_in_use >= heap.capacity() * 9 / 10);
+    CHECK(s.failed_allocations - failed_before == r.null);  // every nullptr counted, once
+    failed_before = s.failed_allocations;
+    // Nearly all the heap was handed out before the failures: the slots keep a few slabs partly
+    // used, up to one per slot for each of the nine classes of mixed sizes (16 slots here), whose
+    // live blocks keep them from other classes (0.79 of the heap in use, under memcheck).
+    INFO("in use: " << s.bytes_in_use << " of " << heap.capacity() << " bytes");
+    CHECK(s.bytes_in_use >= heap.capacity() * (size == 0 ? 7 : 9) / 10);
     CHECK(s.blocks_in_use == table.n - r.null);
     free_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n);
     CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(heap.stats().blocks_in_use == 0);
   }
-  // After the storm, a full heap's worth succeeds again, in another class.
-  block_table half{(128u * 1024 * 1024) / 4096};
-  allocate_verify_free(heap, half, 4096, 16);
+  // After the storms, nine tenths of the heap succeed again, in another class.
+  block_table most{static_cast<std::uint32_t>(heap.capacity() * 9 / 10 / 4096)};
+  allocate_verify_free(heap, most, 4096, 16);
 }
 
 /// One block of threads allocates `bytes` for every entry of `blocks`, in turns.
@@ -590,10 +677,15 @@ TEST_CASE("the host frees kernel blocks, kernels free host blocks", "[heap][gpu]
 
   // Host errors: bad alignment, more than the heap holds; nothing allocated before is lost.
   void* kept = ref.allocate(100);
+  auto const before_errors = heap.stats();
   CHECK_THROWS_AS(ref.allocate(64, 3), std::invalid_argument);
   CHECK_THROWS_AS(ref.allocate(gib), devmr::out_of_memory);
   CHECK(ref.allocate(0) == nullptr);
-  CHECK(heap.stats().blocks_in_use == 1);
+  auto const after_errors = heap.stats();
+  CHECK(after_errors.blocks_in_use == 1);
+  // The host throws for the alignment before asking the heap; the failed request is counted.
+  CHECK(after_errors.bad_alignments == before_errors.bad_alignments);
+  CHECK(after_errors.failed_allocations == before_errors.failed_allocations + 1);
   ref.deallocate(kept, 100);
   CHECK(heap.stats().blocks_in_use == 0);
   cudaStreamDestroy(stream);
@@ -870,19 +962,27 @@ TEST_CASE("managed and pinned heaps: the host reads what kernels wrote", "[heap]
 }
 
 TEST_CASE("construction does not depend on the heap's size", "[heap][gpu][big]") {
-  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 33 * gib}};
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 65 * gib}};
+  // Median of 5 constructions, each until its priming kernel has run.
   auto time_ms = [&](std::size_t bytes) {
-    auto const start = std::chrono::steady_clock::now();
-    devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = bytes}};
-    auto const stop = std::chrono::steady_clock::now();
-    return std::chrono::duration<double, std::milli>(stop - start).count();
+    std::vector<double> times;
+    for (int run = 0; run < 5; ++run) {
+      auto const start = std::chrono::steady_clock::now();
+      devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = bytes}};
+      CUDA_CHECK(cudaDeviceSynchronize());
+      auto const stop = std::chrono::steady_clock::now();
+      times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[2];
   };
   time_ms(gib);  // warm-up
   double const small = time_ms(64 * mib);
-  double const large = time_ms(32 * gib);
-  INFO("64 MiB heap: " << small << " ms, 32 GiB heap: " << large << " ms");
-  CHECK(large < 2.0);
-  WARN("heap construction: 64 MiB " << small << " ms, 32 GiB " << large << " ms");
+  double const large = time_ms(64 * gib);
+  INFO("64 MiB heap: " << small << " ms, 64 GiB heap: " << large << " ms");
+  CHECK(large < 2.0);              // the target of the issue, on the H200
+  CHECK(large < small * 4 + 0.5);  // a thousand times the memory, not a thousand times the time
+  WARN("heap construction (median of 5): 64 MiB " << small << " ms, 64 GiB " << large << " ms");
 }
 
 namespace {

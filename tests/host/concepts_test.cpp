@@ -35,6 +35,10 @@ static_assert(cuda::mr::synchronous_resource_with<device_ref, device_accessible>
 static_assert(!cuda::mr::synchronous_resource_with<device_ref, host_accessible>);
 static_assert(cuda::mr::synchronous_resource_with<managed_ref, device_accessible, host_accessible>);
 static_assert(cuda::mr::synchronous_resource_with<pinned_ref, device_accessible, host_accessible>);
+static_assert(
+    std::is_constructible_v<cuda::mr::synchronous_resource_ref<device_accessible>, device_ref&>);
+static_assert(
+    !std::is_constructible_v<cuda::mr::synchronous_resource_ref<host_accessible>, device_ref&>);
 constexpr char const* cccl_api = "CCCL >= 3.1";
 #else
 static_assert(cuda::mr::async_resource_with<devmr::device_pool, device_accessible>);

@@ -61,7 +61,7 @@ struct heap_stats {
  * heap: from 4 GiB every SM has a slot, and from 5 GiB every slot a slab of every class (on the
  * H200's 132 SMs); smaller heaps have fewer slots than SMs, which then share them (one per 16
  * slabs of the heap: 2 GiB 128 slots, 1 GiB 64), and only their smallest classes get a slab up
- * front. A slot gives such a slab back when memory runs short while none of its blocks is live. A
+ * front. A slot gives its slab back when memory runs short while none of its blocks is live. A
  * slab hands each of its blocks out once and returns to circulation when all its blocks are freed,
  * so a long-lived block keeps its slab from being reused. Free runs of slabs are split for shorter
  * requests; free slabs merge into a longer run when a large block needs one (a slower search,

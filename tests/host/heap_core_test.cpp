@@ -99,17 +99,27 @@ class granule_table {
       owners_.emplace_back(heap.header().arenas[a].slabs * (slab_bytes / 16));
     }
   }
-  /// False when the block starting at p was already live.
-  bool take(void* p) { return !slot(p).exchange(true); }
-  /// False when the block starting at p was not live.
-  bool give(void* p) { return slot(p).exchange(false); }
+  /// False when the block starting at p was already live, or lies outside the heap.
+  bool take(void* p) {
+    std::atomic<bool>* const owned = slot(p);
+    return owned != nullptr && !owned->exchange(true);
+  }
+  /// False when the block starting at p was not live, or lies outside the heap.
+  bool give(void* p) {
+    std::atomic<bool>* const owned = slot(p);
+    return owned != nullptr && owned->exchange(false);
+  }
 
  private:
-  std::atomic<bool>& slot(void* p) {
+  /// nullptr outside the heap. No Catch2 assertion here: worker threads call it, and Catch2's
+  /// assertions are not thread-safe (ThreadSanitizer found the REQUIRE that was here racing).
+  std::atomic<bool>* slot(void* p) {
     std::uint32_t id = 0;
     std::size_t offset = 0;
-    REQUIRE(heap_.core().locate(p, id, offset));
-    return owners_[arena_of(id)][(std::size_t{index_of(id)} * slab_bytes + offset) / 16];
+    if (!heap_.core().locate(p, id, offset)) {
+      return nullptr;
+    }
+    return &owners_[arena_of(id)][(std::size_t{index_of(id)} * slab_bytes + offset) / 16];
   }
   host_heap const& heap_;
   std::vector<std::vector<std::atomic<bool>>> owners_;

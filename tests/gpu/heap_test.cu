@@ -961,7 +961,7 @@ TEST_CASE("managed and pinned heaps: the host reads what kernels wrote", "[heap]
   CHECK(pinned_heap.stats().blocks_in_use == 0);
 }
 
-TEST_CASE("construction does not depend on the heap's size", "[heap][gpu][big]") {
+TEST_CASE("construction does not depend on the heap's size", "[heap][gpu][big][timing]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 65 * gib}};
   // Median of 5 constructions, each until its priming kernel has run.
   auto time_ms = [&](std::size_t bytes) {

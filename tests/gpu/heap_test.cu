@@ -2,6 +2,7 @@
 // alignment, out-of-memory storms, churn, groups, frees across the host/device line, growth,
 // checked heaps, host threads beside kernels.
 
+#include "../../bench/block_sizes.hpp"
 #include "conformance.hpp"
 
 #include <devmr/slab_heap.hpp>
@@ -45,14 +46,8 @@ namespace {
 constexpr std::size_t gib = std::size_t{1} << 30;
 constexpr std::size_t mib = std::size_t{1} << 20;
 
-__host__ __device__ std::uint32_t mix(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x85ebca6bu;
-  x ^= x >> 13;
-  x *= 0xc2b2ae35u;
-  x ^= x >> 16;
-  return x;
-}
+/// The benchmark protocol's hash (bench/block_sizes.hpp), which draws its mixed sizes too.
+using devmr_bench::fmix32;
 
 /// A `fixed` size for size_of: mixed small sizes, and one block in 16 of 1 to 4 MiB (and a bit).
 /// No request is that large.
@@ -60,10 +55,10 @@ constexpr std::size_t mixed_and_runs = ~std::size_t{0};
 
 /// Size of thread i's block: `fixed`, or mixed (16 << (hash % 9)) when fixed is 0.
 __host__ __device__ std::size_t size_of(std::size_t fixed, std::uint32_t i) {
-  if (fixed == mixed_and_runs && mix(i) % 16 == 0) {
-    return (std::size_t{1} + mix(i + 1) % 4) * mib + mix(i + 2) % 4096;
+  if (fixed == mixed_and_runs && fmix32(i) % 16 == 0) {
+    return (std::size_t{1} + fmix32(i + 1) % 4) * mib + fmix32(i + 2) % 4096;
   }
-  return fixed != 0 && fixed != mixed_and_runs ? fixed : std::size_t{16} << (mix(i) % 9);
+  return fixed != 0 && fixed != mixed_and_runs ? fixed : std::size_t{16} << (fmix32(i) % 9);
 }
 
 /// Offset of the last whole 4-byte word of a block of `bytes` (>= 4) bytes.
@@ -512,7 +507,7 @@ __global__ void churn(devmr::slab_ref<> ref, int rounds, bool mixed, unsigned lo
       continue;
     }
     write_tags(p, bytes, i ^ r);
-    __nanosleep(mix(i + r) % 64);
+    __nanosleep(fmix32(i + r) % 64);
     auto const* last =
         reinterpret_cast<std::uint32_t const*>(reinterpret_cast<char*>(p) + last_word(bytes));
     if (*p != (i ^ r) || *last != ~(i ^ r)) {

@@ -631,11 +631,8 @@ class heap_core {
   /// class for every slot), and a heap with no live block refuses one-slab blocks and the first
   /// blocks of a class. Out of line, for the registers of the allocating kernels.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reopen_slab(unsigned hint) const {
-    // In flight while the slabs are closed, so that a search that misses the marks of another
-    // thread's closing looks again (acquire_run) instead of reporting the heap out of memory.
-    begin_in_flight();
-    end_in_flight(close_slots());
-    return acquire_run(1, hint);
+    close_slots();
+    return acquire_run(1, hint);  // also the slabs that another thread's closing marked
   }
 
   /// The last resort of a search for `slabs` (> 1) contiguous slabs: they are looked for among
@@ -661,8 +658,11 @@ class heap_core {
   /// its mark joins those of the slabs beside it, one addition to the bitmap word for them all
   /// (the primed slabs of a class lie in a row, slot after slot). The words of one class are
   /// read four at a time. So the first large block that gathers a run after a reset does not
-  /// pay some five round trips for each of the ~2000 slabs primed on the H200.
+  /// pay some five round trips for each of the ~2000 slabs primed on the H200. The slabs are in
+  /// flight meanwhile (out of their slots, not yet marked), so that a search that misses them
+  /// looks again (acquire_run) instead of reporting the heap out of memory.
   DEVMR_HOST_DEVICE bool close_slots() const {
+    begin_in_flight();
     constexpr unsigned batch = 4;
     std::uint32_t const slots = slots_in_use();
     bool closed = false;
@@ -708,6 +708,7 @@ class heap_core {
       }
     }
     flush_marks(row, marks);  // release (in mark): the stores above come first
+    end_in_flight(closed);
     return closed;
   }
 

@@ -340,7 +340,7 @@ class heap_core {
     // release (or, relaxed, after the caller's release fence: see device_deallocate): the
     // freeing threads' last writes to their blocks happen-before the slab's next life. The thread
     // that frees the last block does not acquire them (an acquire would empty its SM's L1 cache): a
-    // search for a slab does, when it takes the slab (search_run, or take_marked_run for a run). A
+    // search for a slab does, when it takes the slab (settle, or take_marked_run for a run). A
     // large run has one block, whose free is this one: the release of its push orders it.
     std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, order) - count;
     if (left == large_run_flag) {
@@ -521,13 +521,21 @@ class heap_core {
       id = pop_run(c, 1, hint);
     }
     if (id != no_slab) {
-      // acquire: reads the count that the last free of the slab's last life left (zero), so
-      // that those frees, all release-ordered, happen before its next use. The free that
-      // emptied it did not acquire the others (see free_blocks). Other slabs read any count,
-      // harmlessly.
-      atomic(meta(id).remaining).load(acquire);
+      settle(id);
     }
     return id;
+  }
+
+  /// Orders the frees of slab `id`'s last life, taken off a stack or a bitmap, before its next
+  /// use. The free that emptied it acquired none of the others (see free_blocks), and marked
+  /// it with no release (see mark_empty); this exchange does, after the count's last
+  /// subtraction: had it come before it in the count's order, the subtraction would have found
+  /// zero, left no zero, and marked nothing. So it reads the zero the last free left, the end
+  /// of a chain of subtractions that each free began with a release, and acquires them all.
+  /// It writes the zero back, what statistics read for an empty slab. Slabs that no free
+  /// emptied (runs, fresh slabs) read any count, harmlessly.
+  DEVMR_HOST_DEVICE void settle(std::uint32_t id) const {
+    atomic(meta(id).remaining).exchange(0, acquire);
   }
 
   /// One slab from this hint's shard or the fresh ones; no_slab when neither has one.
@@ -536,7 +544,7 @@ class heap_core {
     if (id == no_slab) {
       return take_fresh(1, hint);  // never handed out: no frees to order before its use
     }
-    atomic(meta(id).remaining).load(acquire);  // see take_far
+    settle(id);
     return id;
   }
 
@@ -783,11 +791,10 @@ class heap_core {
     }
     end_in_flight(!taken);
     if (taken) {
-      // acquire: a slab that small blocks emptied was marked by the free of its last block,
-      // which did not acquire the others (see free_blocks): reading the count they left, as
-      // take_far does for one slab, orders all of them before the run's use.
+      // As settle does for one slab, with one fence: the exchanges read the zeros that the
+      // frees of slabs emptied by small blocks left, and the fence acquires those frees.
       DEVMR_ROLLED for (std::uint32_t i = 0; i < slabs; ++i) {
-        atomic(meta(id + i).remaining).load(relaxed);
+        atomic(meta(id + i).remaining).exchange(0, relaxed);
       }
       cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
       DEVMR_ROLLED for (std::uint32_t i = 1; i < slabs; ++i) {
@@ -1143,15 +1150,21 @@ class heap_core {
   /// a bare word also marks the word in the summary (a word with marks always has its summary
   /// bit set, or a search that cleared it sets it again), so that the summary words, which
   /// stand for 4096 slabs each, do not take one atomic per emptied slab.
+  /// No release: the subtraction that left zero is the only write it would order, and whoever
+  /// takes the mark orders that one itself (see settle); a release here was a second
+  /// device-scope fence in the free of every slab's last block (bench/RESULTS.md).
   DEVMR_HOST_DEVICE void mark_empty(std::uint32_t id) const {
-    mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64));
+    mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), relaxed);
   }
 
   /// Sets `marks` in word `w` of arena `a`'s bitmap (and the word's summary bit, if it was bare).
-  DEVMR_HOST_DEVICE void mark(std::uint32_t a, std::uint64_t w, std::uint64_t marks) const {
-    // release: orders the caller's subtraction (or pop) before the mark, so that whoever takes
-    // the mark reads the count it left (see take_far).
-    if (atomic(empty_word(a, w)).fetch_or(marks, release) == 0) {
+  /// `order`: release, so that whoever takes the mark sees the slabs' metadata as the caller
+  /// left them (relaxed only from mark_empty, whose slabs settle orders).
+  DEVMR_HOST_DEVICE void mark(std::uint32_t a,
+                              std::uint64_t w,
+                              std::uint64_t marks,
+                              cuda::std::memory_order order = release) const {
+    if (atomic(empty_word(a, w)).fetch_or(marks, order) == 0) {
       // release: whoever sees the summary bit sees the mark.
       atomic(empty_word(a, bitmap_words(a) + w / 64))
           .fetch_or(std::uint64_t{1} << (w % 64), release);

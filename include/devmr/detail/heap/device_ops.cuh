@@ -20,6 +20,13 @@ __device__ __forceinline__ unsigned lane_id() {
   return lane;
 }
 
+/// The lanes of this warp below the calling one.
+__device__ __forceinline__ unsigned lanes_below() {
+  unsigned mask;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
+  return mask;
+}
+
 __device__ __forceinline__ unsigned sm_id() {
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
@@ -133,18 +140,20 @@ __device__ inline void device_deallocate(heap_header* h,
   if (checked && core.check_free(id, offset, sm_id()) != free_check::proceed) {
     return;
   }
-  // The threads of this warp freeing blocks of the same slab: one subtraction for all.
+  slab_meta& m = core.meta(id, first);
+  // The threads of this warp freeing blocks of the same slab: one subtraction for all, by the
+  // first of them (no peer below it: one instruction after the match, where __ffs took three).
   unsigned const peers = __match_any_sync(__activemask(), id);
   // Peers that did not pass the barrier together (the warp came together again in between,
   // which the hardware may do; every peer then sees it, as lanes that passed it together have
-  // the same `callers`) are ordered by a barrier of their own, after the fences: then the
-  // subtraction itself is the release.
-  bool const fenced = (peers & ~callers) == 0;
-  if (!fenced) {
+  // the same `callers`) meet at a barrier of their own, and fence again after it, so that the
+  // subtraction still follows a release of all their blocks.
+  if ((peers & ~callers) != 0) {
     __syncwarp(peers);
+    release_fence();
   }
-  if (lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
-    core.free_blocks(id, __popc(peers), sm_id(), first, fenced ? relaxed : release);
+  if ((peers & lanes_below()) == 0) {
+    core.free_blocks(m, id, __popc(peers), sm_id(), relaxed);
   }
 }
 

@@ -353,12 +353,20 @@ class heap_core {
                                      unsigned hint,
                                      arena_view const& first,
                                      cuda::std::memory_order order = release) const {
+    free_blocks(meta(id, first), id, count, hint, order);
+  }
+  /// `m`: slab `id`'s metadata, which the caller has at hand.
+  DEVMR_HOST_DEVICE void free_blocks(slab_meta& m,
+                                     std::uint32_t id,
+                                     std::uint32_t count,
+                                     unsigned hint,
+                                     cuda::std::memory_order order = release) const {
     // release (or, relaxed, after the caller's release fence: see device_deallocate): the
     // freeing threads' last writes to their blocks happen-before the slab's next life. The thread
     // that frees the last block does not acquire them (an acquire would empty its SM's L1 cache): a
     // search for a slab does, when it takes the slab (settle, or take_marked_run for a run). A
     // large run has one block, whose free is this one: the release of its push orders it.
-    std::uint32_t const left = atomic(meta(id, first).remaining).fetch_sub(count, order) - count;
+    std::uint32_t const left = atomic(m.remaining).fetch_sub(count, order) - count;
     if (left == large_run_flag) {
       retire(id, hint);
     } else if (left == 0) {

@@ -20,10 +20,11 @@ __device__ __forceinline__ unsigned lane_id() {
   return lane;
 }
 
-/// The lanes of this warp below the calling one.
+/// The lanes of this warp below the calling one. Volatile, so that it stays where it is called
+/// (early: the read of a special register takes some twenty cycles).
 __device__ __forceinline__ unsigned lanes_below() {
   unsigned mask;
-  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
+  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
   return mask;
 }
 
@@ -115,6 +116,26 @@ __device__ inline void* device_allocate(heap_header* h,
   return mine;
 }
 
+/// The subtraction of device_deallocate, once the slab of the caller's block is found: the
+/// threads of this warp freeing blocks of slab `id` (metadata `m`) give them back at once, by
+/// the first of them (no peer below it: one instruction after the match, where __ffs took three).
+/// `callers`: the lanes that passed device_deallocate's barrier together; `below`: lanes_below().
+__device__ __forceinline__ void free_with_peers(
+    heap_core const& core, slab_meta& m, std::uint32_t id, unsigned callers, unsigned below) {
+  unsigned const peers = __match_any_sync(__activemask(), id);
+  // Peers that did not pass the barrier together (the warp came together again in between,
+  // which the hardware may do; every peer then sees it, as lanes that passed it together have
+  // the same `callers`) meet at a barrier of their own, and fence again after it, so that the
+  // subtraction still follows a release of all their blocks.
+  if ((peers & ~callers) != 0) {
+    __syncwarp(peers);
+    release_fence();
+  }
+  if ((peers & below) == 0) {
+    core.free_blocks(m, id, __popc(peers), sm_id(), relaxed);
+  }
+}
+
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
 /// `first` and `checked` as for device_allocate.
 __device__ inline void device_deallocate(heap_header* h,
@@ -126,9 +147,19 @@ __device__ inline void device_deallocate(heap_header* h,
   // the relaxed subtraction after it publish them to the search that acquires the slab's count.
   // Issued first, the fence waits for the caller's load of `p` instead of following the lookup.
   unsigned const callers = __activemask();
+  unsigned const below = lanes_below();
   __syncwarp(callers);
   release_fence();
   heap_core const core{h};
+  // Most blocks lie in arena 0, whose entry is at hand: on an unchecked heap their slab follows
+  // from the offset alone (its id is its index there), with no loop over the arenas.
+  std::uintptr_t const off =
+      reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(first.base);
+  if (!checked && off < (first.slabs << slab_shift)) {
+    auto const index = static_cast<std::uint32_t>(off >> slab_shift);
+    free_with_peers(core, first.meta[index], make_slab_id(0, index), callers, below);
+    return;
+  }
   std::uint32_t id = 0;
   std::size_t offset = 0;
   if (!core.locate(p, first, id, offset)) {  // no arena holds nullptr
@@ -140,21 +171,7 @@ __device__ inline void device_deallocate(heap_header* h,
   if (checked && core.check_free(id, offset, sm_id()) != free_check::proceed) {
     return;
   }
-  slab_meta& m = core.meta(id, first);
-  // The threads of this warp freeing blocks of the same slab: one subtraction for all, by the
-  // first of them (no peer below it: one instruction after the match, where __ffs took three).
-  unsigned const peers = __match_any_sync(__activemask(), id);
-  // Peers that did not pass the barrier together (the warp came together again in between,
-  // which the hardware may do; every peer then sees it, as lanes that passed it together have
-  // the same `callers`) meet at a barrier of their own, and fence again after it, so that the
-  // subtraction still follows a release of all their blocks.
-  if ((peers & ~callers) != 0) {
-    __syncwarp(peers);
-    release_fence();
-  }
-  if ((peers & lanes_below()) == 0) {
-    core.free_blocks(m, id, __popc(peers), sm_id(), relaxed);
-  }
+  free_with_peers(core, core.meta(id, first), id, callers, below);
 }
 
 /// Allocates from the heap at `h`, reading arena 0's entry and the checked flag from its header

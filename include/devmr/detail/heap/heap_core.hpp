@@ -871,6 +871,7 @@ class heap_core {
         std::uint32_t const id = make_slab_id(a, static_cast<std::uint32_t>(first));
         auto const slabs = static_cast<std::uint32_t>(size - first);
         atomic(meta(id).state).store(make_state(tag_body, 0), relaxed);
+        atomic(meta(id).remaining).store(0, relaxed);  // see mark_body
         mark_body(id, slabs);
         mark_slabs(id, slabs);
         moved = true;
@@ -1227,17 +1228,24 @@ class heap_core {
     return no_slab;
   }
 
-  /// Marks the slabs after the first of a fresh run as its body (for statistics scans).
+  /// Marks the slabs after the first of a fresh run as its body (for statistics scans), with
+  /// their counts zero: a search that takes one of them settles its count (settle,
+  /// take_marked_run), and an atomic must not read memory that was never written (it means
+  /// nothing there, but compute-sanitizer's initcheck reports it).
   DEVMR_HOST_DEVICE void mark_body(std::uint32_t id, std::uint32_t slabs) const {
     for (std::uint32_t i = 1; i < slabs; ++i) {
-      atomic(meta(id + i).state).store(make_state(tag_body, 0), relaxed);
+      slab_meta& m = meta(id + i);
+      atomic(m.state).store(make_state(tag_body, 0), relaxed);
+      atomic(m.remaining).store(0, relaxed);
     }
   }
 
+  /// Makes slab `id` the head of a free run of `slabs` slabs (its count zero, as mark_body's).
   DEVMR_HOST_DEVICE void make_free_head(std::uint32_t id, std::uint32_t slabs) const {
     slab_meta& m = meta(id);
     atomic(m.length).store(slabs, relaxed);
     atomic(m.state).store(make_state(tag_free, 0), relaxed);
+    atomic(m.remaining).store(0, relaxed);
   }
 
   /// The stack of single free slabs that `hint` (an SM, a thread) uses first.

@@ -137,6 +137,23 @@ __global__ void free_all(Ref ref, void* const* blocks, std::size_t const* sizes,
   }
 }
 
+/// Frees the blocks of two tables, `a`'s at even threads and `b`'s at odd ones, so that each
+/// warp frees blocks of both (of two arenas, where the tables come from two).
+template <class Ref>
+__global__ void free_interleaved(Ref ref,
+                                 void* const* a_blocks,
+                                 std::size_t const* a_sizes,
+                                 void* const* b_blocks,
+                                 std::size_t const* b_sizes,
+                                 std::uint32_t n) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 2 * n) {
+    void* const* blocks = i % 2 == 0 ? a_blocks : b_blocks;
+    std::size_t const* sizes = i % 2 == 0 ? a_sizes : b_sizes;
+    ref.deallocate(blocks[i / 2], sizes[i / 2]);
+  }
+}
+
 /// Sorted by address, each non-null block must end before the next begins.
 __global__ void count_overlaps(std::uintptr_t const* starts,
                                std::size_t const* sizes,
@@ -707,9 +724,10 @@ TEST_CASE("grow while blocks are live: nothing moves, new memory serves new kern
   auto const again = first.verify(16);  // the first blocks are intact and where they were
   CHECK(again.bad == 0);
   CHECK(again.null == before.null);
-  free_all<<<first.grid(), 256>>>(heap.ref(), first.blocks, first.sizes, n);
-  // A ref taken before the growth frees blocks of the new arena too.
-  free_all<<<second.grid(), 256>>>(taken_before, second.blocks, second.sizes, n);
+  // A ref taken before the growth frees blocks of the new arena too, and each warp frees blocks
+  // of both arenas: its lanes part between arena 0's way to a slab and the other arenas'.
+  free_interleaved<<<2 * first.grid(), 256>>>(taken_before, first.blocks, first.sizes,
+                                              second.blocks, second.sizes, n);
   CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(heap.stats().blocks_in_use == 0);
   CHECK(heap.stats().invalid_frees == 0);

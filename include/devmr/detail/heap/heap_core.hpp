@@ -17,7 +17,9 @@
 //    thread made progress. Whoever swaps a slab out of its slot ends its claims (close).
 //  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
 //    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
-//    atomic OR; no other thread waits for it), a large run goes back on a free stack.
+//    atomic OR with no release; no other thread waits for it), a large run goes back on a free
+//    stack. Whoever takes a slab settles its count (an exchange that acquires every free of its
+//    last life), so that the frees need one release fence each and no more.
 //  - A search for one slab tries the SM's own stack of single free slabs, then an arena's
 //    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
 //    then the bitmap word under the SM's cursor, then the first word the bitmaps' summaries mark,

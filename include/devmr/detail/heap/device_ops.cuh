@@ -153,9 +153,9 @@ __device__ inline void device_deallocate(heap_header* h,
   heap_core const core{h};
   // Most blocks lie in arena 0, whose entry is at hand: on an unchecked heap their slab follows
   // from the offset alone (its id is its index there), with no loop over the arenas.
-  std::uintptr_t const off =
-      reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(first.base);
-  if (!checked && off < (first.slabs << slab_shift)) {
+  std::uintptr_t off = 0;
+  bool const in_first = first.holds(p, off);
+  if (!checked && in_first) {
     auto const index = static_cast<std::uint32_t>(off >> slab_shift);
     free_with_peers(core, first.meta[index], make_slab_id(0, index), callers, below);
     return;

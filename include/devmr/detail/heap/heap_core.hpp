@@ -110,6 +110,12 @@ class heap_core {
     std::byte* base;
     slab_meta* meta;
     std::uint64_t slabs;
+
+    /// True when `p` lies in this arena; `off`: its offset from the arena's base.
+    DEVMR_HOST_DEVICE bool holds(void const* p, std::uintptr_t& off) const {
+      off = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(base);
+      return off < (slabs << slab_shift);
+    }
   };
 
   /// Reads arena `a`'s entry. The fast paths read arena 0's (where most slabs live) ahead, before
@@ -149,11 +155,10 @@ class heap_core {
                                 arena_view const& first,
                                 std::uint32_t& id,
                                 std::size_t& offset) const {
-    auto const address = reinterpret_cast<std::uintptr_t>(p);
     arena_view arena = first;
     for (std::uint32_t a = 0;;) {
-      std::uintptr_t const off = address - reinterpret_cast<std::uintptr_t>(arena.base);
-      if (off < (arena.slabs << slab_shift)) {
+      std::uintptr_t off = 0;
+      if (arena.holds(p, off)) {
         id = make_slab_id(a, static_cast<std::uint32_t>(off >> slab_shift));
         offset = off & (slab_bytes - 1);
         return true;
@@ -872,8 +877,7 @@ class heap_core {
         // whoever takes it, and for the statistics, which now scan them.
         std::uint32_t const id = make_slab_id(a, static_cast<std::uint32_t>(first));
         auto const slabs = static_cast<std::uint32_t>(size - first);
-        atomic(meta(id).state).store(make_state(tag_body, 0), relaxed);
-        atomic(meta(id).remaining).store(0, relaxed);  // see mark_body
+        make_body(id);
         mark_body(id, slabs);
         mark_slabs(id, slabs);
         moved = true;
@@ -1230,19 +1234,23 @@ class heap_core {
     return no_slab;
   }
 
-  /// Marks the slabs after the first of a fresh run as its body (for statistics scans), with
-  /// their counts zero: a search that takes one of them settles its count (settle,
-  /// take_marked_run), and an atomic must not read memory that was never written (it means
-  /// nothing there, but compute-sanitizer's initcheck reports it).
+  /// Marks the slabs after the first of a fresh run as its body (for statistics scans).
   DEVMR_HOST_DEVICE void mark_body(std::uint32_t id, std::uint32_t slabs) const {
     for (std::uint32_t i = 1; i < slabs; ++i) {
-      slab_meta& m = meta(id + i);
-      atomic(m.state).store(make_state(tag_body, 0), relaxed);
-      atomic(m.remaining).store(0, relaxed);
+      make_body(id + i);
     }
   }
 
-  /// Makes slab `id` the head of a free run of `slabs` slabs (its count zero, as mark_body's).
+  /// Makes slab `id` a body slab, with its count zero: a search that takes it settles its count
+  /// (settle, take_marked_run), and an atomic must not read memory that was never written (it
+  /// means nothing there, but compute-sanitizer's initcheck reports it).
+  DEVMR_HOST_DEVICE void make_body(std::uint32_t id) const {
+    slab_meta& m = meta(id);
+    atomic(m.state).store(make_state(tag_body, 0), relaxed);
+    atomic(m.remaining).store(0, relaxed);
+  }
+
+  /// Makes slab `id` the head of a free run of `slabs` slabs (its count zero, as make_body's).
   DEVMR_HOST_DEVICE void make_free_head(std::uint32_t id, std::uint32_t slabs) const {
     slab_meta& m = meta(id);
     atomic(m.length).store(slabs, relaxed);

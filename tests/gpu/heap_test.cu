@@ -801,6 +801,69 @@ TEST_CASE("frees from parts of warps, at different times, each give back one blo
   cudaFree(errors);
 }
 
+/// Each warp frees, in one call, blocks of the heap (lanes 0 and 2 of every 4), pointers no block
+/// of the heap starts at (lane 1: nullptr in even warps, memory that is not the heap's in odd
+/// ones), and addresses 2^52 bytes past the lane's own block (lane 3: its slab's index, taken
+/// to 32 bits, is that of the block's slab); then lanes 1 and 3 free their own blocks. A free
+/// that grouped a stranger with the blocks of a slab would give back too many of them.
+__global__ void frees_with_strangers(devmr::slab_ref<> ref,
+                                     std::size_t fixed,
+                                     std::byte const* foreign,
+                                     unsigned long long* errors) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  std::size_t const bytes = size_of(fixed, i);
+  void* const p = ref.allocate(bytes);
+  if (p == nullptr) {
+    atomicAdd(&errors[0], 1ull);
+  } else {
+    write_tags(p, bytes, i);
+  }
+  unsigned const lane = threadIdx.x % 32;
+  auto const* stranger = reinterpret_cast<void const*>(reinterpret_cast<std::uintptr_t>(p) +
+                                                       (std::uintptr_t{1} << 52));
+  if (lane % 4 == 1) {
+    stranger = (i / 32) % 2 == 0 ? nullptr : foreign + i;
+  }
+  __syncwarp();
+  ref.deallocate(lane % 2 == 0 ? p : stranger, bytes);
+  __syncwarp();
+  if (lane % 2 == 1) {
+    ref.deallocate(p, bytes);
+  }
+}
+
+TEST_CASE("a warp frees blocks, nullptrs and foreign pointers in one call", "[heap][gpu]") {
+  constexpr unsigned threads = 1u << 18;
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 3 * gib}};
+  std::byte* foreign = nullptr;
+  CUDA_CHECK(cudaMalloc(&foreign, threads));
+  unsigned long long* errors = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&errors, sizeof(unsigned long long)));
+  for (bool const checked : {false, true}) {
+    devmr::slab_heap<> heap{pool,
+                            devmr::heap_options{.initial_bytes = 2 * gib, .checked = checked}};
+    for (std::size_t const fixed : {std::size_t{16}, std::size_t{4096}, std::size_t{0}}) {
+      for (int run = 0; run < 2; ++run) {  // the second run takes the slabs the first emptied
+        INFO("checked " << checked << ", block size " << fixed << " (0: mixed), run " << run);
+        *errors = 0;
+        auto const before = heap.stats();
+        frees_with_strangers<<<threads / 256, 256>>>(heap.ref(), fixed, foreign, errors);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        auto const s = heap.stats();
+        CHECK(*errors == 0);
+        CHECK(s.blocks_in_use == 0);
+        // lane 3 of every 4, and lane 1 in odd warps (nullptr is no misuse)
+        CHECK(s.invalid_frees - before.invalid_frees == threads / 4 + threads / 8);
+        CHECK(s.double_frees == 0);
+      }
+    }
+    block_table table{threads};  // and the slabs those frees emptied hand out every block once
+    allocate_verify_free(heap, table, 0, 16);
+  }
+  cudaFree(errors);
+  cudaFree(foreign);
+}
+
 TEST_CASE("tight churn, run after run, leaves no block behind", "[heap][gpu]") {
   // No pause between allocating and freeing: warps free while their neighbours claim, and warps
   // straddle two slabs often. Every run must end with every block back (a free that a warp's

@@ -15,6 +15,13 @@
 //           whether it emptied the slab. The least that a free of this design does.
 //   devmr:  `slab_ref::deallocate`: `atom`, and the lookup of the slab by address, and the mark
 //           of each slab it empties.
+//   group:  a design that is not devmr's: `fence`, then one `atom` per group of 32 warps (by
+//           warp index), as if each warp's blocks, whatever their sizes, lay in one slab that the
+//           next 31 warps' blocks share (1 KiB blocks fill a slab so). The least that a free
+//           does where slabs hold blocks of several sizes.
+//   classes: `group`, and one `red.add` per size class of the warp's blocks on a count of the
+//           group's class, in the same 128-byte line as the group's count: what such slabs
+//           would also need to keep the statistics per size class exact.
 // Rows: 2^16, 2^20 and 2^22 threads, 256-thread blocks; 16 B, 256 B, 1 KiB, 4 KiB and mixed sizes
 // (16 << (hash(i) % 9) bytes, as heap_bench's mixed rows). Each run: the heap is reset, one kernel
 // allocates every block, a copy of the pointers is kept (untimed); before each kernel the
@@ -55,9 +62,10 @@ constexpr unsigned counter_stride = 32;  // 128 bytes
 constexpr unsigned counter_slots = 1u << 16;
 constexpr int runs = 5;
 
-enum class probe : int { floor, wait, fence, red, atom, devmr, count };
+enum class probe : int { floor, wait, fence, red, atom, devmr, group, classes, count };
 constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
-    "floor", "wait", "fence", "red", "atom", "devmr"};
+    "floor", "wait", "fence", "red", "atom", "devmr", "group", "classes"};
+constexpr unsigned warps_per_group = 32;
 
 __global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
   unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -75,7 +83,7 @@ __device__ unsigned lane_id() {
 /// One probe over the pointers: `Probe` is the part of a free that it keeps. `ptrs[n]` is a slot
 /// that only a result that never comes would write (so that the compiler keeps what yields it).
 template <probe Probe>
-__global__ void probe_kernel(void** ptrs, unsigned n, unsigned* counters) {
+__global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigned* counters) {
   unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) {
     return;
@@ -91,6 +99,32 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned* counters) {
     asm volatile("" : "+l"(p));
     if (p == nullptr) {  // never (every allocation succeeded): the value is used
       ptrs[n] = p;
+    }
+  }
+  if constexpr (Probe == probe::group || Probe == probe::classes) {
+    unsigned const group = i / 32 / warps_per_group;
+    unsigned* const counter = counters + (group % counter_slots) * counter_stride;
+    unsigned const peers = __match_any_sync(__activemask(), group);
+    if (lane_id() == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
+      unsigned old = 0;
+      asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
+                   : "=r"(old)
+                   : "l"(counter), "r"(static_cast<unsigned>(__popc(peers)))
+                   : "memory");
+      if (old == 0xffffffffu) {  // never
+        ptrs[n] = p;
+      }
+    }
+    if constexpr (Probe == probe::classes) {
+      // the class of a power-of-two size from 16 B: log2(size) - 4, at most 8 here
+      unsigned const cls = 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
+      unsigned const same = __match_any_sync(__activemask(), group * 16u + cls);
+      if (lane_id() == static_cast<unsigned>(__ffs(static_cast<int>(same)) - 1)) {
+        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;"
+                     :
+                     : "l"(counter + 1 + cls), "r"(static_cast<unsigned>(__popc(same)))
+                     : "memory");
+      }
     }
   }
   if constexpr (Probe == probe::red || Probe == probe::atom) {
@@ -169,11 +203,13 @@ class bench {
       alloc_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg);
       count_nulls<<<grid, block_threads>>>(ptrs_, n, nulls_);
       DEVMR_CUDA_TRY(cudaMemcpy(saved_, ptrs_, n * sizeof(void*), cudaMemcpyDeviceToDevice));
-      time_probe<probe::floor>(ms, grid, n);
-      time_probe<probe::wait>(ms, grid, n);
-      time_probe<probe::fence>(ms, grid, n);
-      time_probe<probe::red>(ms, grid, n);
-      time_probe<probe::atom>(ms, grid, n);
+      time_probe<probe::floor>(ms, grid, n, size_arg);
+      time_probe<probe::wait>(ms, grid, n, size_arg);
+      time_probe<probe::fence>(ms, grid, n, size_arg);
+      time_probe<probe::red>(ms, grid, n, size_arg);
+      time_probe<probe::atom>(ms, grid, n, size_arg);
+      time_probe<probe::group>(ms, grid, n, size_arg);
+      time_probe<probe::classes>(ms, grid, n, size_arg);
       restore(n);
       ms[static_cast<int>(probe::devmr)].push_back(timer_.time_ms(
           [&] { free_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg); }));
@@ -215,10 +251,11 @@ class bench {
   template <probe Probe>
   void time_probe(std::array<std::vector<float>, static_cast<int>(probe::count)>& ms,
                   unsigned grid,
-                  unsigned n) {
+                  unsigned n,
+                  unsigned size_arg) {
     restore(n);
-    ms[static_cast<int>(Probe)].push_back(
-        timer_.time_ms([&] { probe_kernel<Probe><<<grid, block_threads>>>(ptrs_, n, counters_); }));
+    ms[static_cast<int>(Probe)].push_back(timer_.time_ms(
+        [&] { probe_kernel<Probe><<<grid, block_threads>>>(ptrs_, n, size_arg, counters_); }));
   }
 
   devmr::device_pool pool_{devmr::pool_options{.initial_bytes = 24 * gib + 64 * mib}};

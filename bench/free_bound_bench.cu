@@ -80,6 +80,32 @@ __device__ unsigned lane_id() {
   return lane;
 }
 
+/// Adds to `counter` the number of this warp's active lanes with the same `key`, from the first
+/// of them: by `red`, or (Wait) by `atom`, whose result the lane uses (`ptrs[n]` as below).
+template <bool Wait>
+__device__ void add_per_key(unsigned key, unsigned* counter, void** ptrs, unsigned n, void* p) {
+  unsigned const peers = __match_any_sync(__activemask(), key);
+  if (lane_id() != static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
+    return;
+  }
+  auto const count = static_cast<unsigned>(__popc(peers));
+  if constexpr (Wait) {
+    unsigned old = 0;
+    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(counter), "r"(count)
+                 : "memory");
+    if (old == 0xffffffffu) {  // never (the counts start at zero and stay far below)
+      ptrs[n] = p;
+    }
+  } else {
+    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;"
+                 :
+                 : "l"(counter), "r"(count)
+                 : "memory");
+  }
+}
+
 /// One probe over the pointers: `Probe` is the part of a free that it keeps. `ptrs[n]` is a slot
 /// that only a result that never comes would write (so that the compiler keeps what yields it).
 template <probe Probe>
@@ -104,51 +130,17 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigne
   if constexpr (Probe == probe::group || Probe == probe::classes) {
     unsigned const group = i / 32 / warps_per_group;
     unsigned* const counter = counters + (group % counter_slots) * counter_stride;
-    unsigned const peers = __match_any_sync(__activemask(), group);
-    if (lane_id() == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
-      unsigned old = 0;
-      asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
-                   : "=r"(old)
-                   : "l"(counter), "r"(static_cast<unsigned>(__popc(peers)))
-                   : "memory");
-      if (old == 0xffffffffu) {  // never
-        ptrs[n] = p;
-      }
-    }
+    add_per_key<true>(group, counter, ptrs, n, p);
     if constexpr (Probe == probe::classes) {
       // the class of a power-of-two size from 16 B: log2(size) - 4, at most 8 here
       unsigned const cls = 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
-      unsigned const same = __match_any_sync(__activemask(), group * 16u + cls);
-      if (lane_id() == static_cast<unsigned>(__ffs(static_cast<int>(same)) - 1)) {
-        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;"
-                     :
-                     : "l"(counter + 1 + cls), "r"(static_cast<unsigned>(__popc(same)))
-                     : "memory");
-      }
+      add_per_key<false>(group * 16u + cls, counter + 1 + cls, ptrs, n, p);
     }
   }
   if constexpr (Probe == probe::red || Probe == probe::atom) {
     auto const slab = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(p) >> 20);
-    unsigned* const counter = counters + (slab % counter_slots) * counter_stride;
-    unsigned const peers = __match_any_sync(__activemask(), slab);
-    unsigned const count = static_cast<unsigned>(__popc(peers));
-    if (lane_id() == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
-      if constexpr (Probe == probe::red) {
-        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;"
-                     :
-                     : "l"(counter), "r"(count)
-                     : "memory");
-      } else {
-        unsigned old = 0;
-        asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
-                     : "=r"(old)
-                     : "l"(counter), "r"(count)
-                     : "memory");
-        if (old == 0xffffffffu) {  // never (the counts start at zero and stay far below)
-          ptrs[n] = p;
-        }
-      }
-    }
+    add_per_key<Probe == probe::atom>(slab, counters + (slab % counter_slots) * counter_stride,
+                                      ptrs, n, p);
   }
   ptrs[i] = nullptr;
 }

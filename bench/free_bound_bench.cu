@@ -2,9 +2,11 @@
 // one run: heap_bench's free kernel (each thread frees its block and clears its pointer) over the
 // blocks a devmr heap handed out, with the free replaced by less and less of one.
 //
-//   floor:  heap_bench's floor free: the pointer is loaded, nothing waits for it, and the thread
-//           clears its pointer.
-//   wait:   + the pointer's value is used (a free must know where the block lies).
+//   launch: the thread clears its pointer and loads nothing: the free kernel of heap_bench's floor
+//           until 2026-12-01, when the compiler dropped the load of the pointer that the floor's
+//           free did not use (bench/RESULTS.md, fifteenth session).
+//   floor:  heap_bench's floor free: the pointer is loaded and looked at (a free must know where
+//           the block lies), and the thread clears its pointer.
 //   fence:  + the release that every free needs before its block may go to another thread: the
 //           warp's lanes meet (`__syncwarp`), then one `fence.release.gpu`, issued as devmr
 //           issues it, right after the load.
@@ -62,9 +64,9 @@ constexpr unsigned counter_stride = 32;  // 128 bytes
 constexpr unsigned counter_slots = 1u << 16;
 constexpr int runs = 5;
 
-enum class probe : int { floor, wait, fence, red, atom, devmr, group, classes, count };
+enum class probe : int { launch, floor, fence, red, atom, devmr, group, classes, count };
 constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
-    "floor", "wait", "fence", "red", "atom", "devmr", "group", "classes"};
+    "launch", "floor", "fence", "red", "atom", "devmr", "group", "classes"};
 constexpr unsigned warps_per_group = 32;
 
 __global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
@@ -114,18 +116,18 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigne
   if (i >= n) {
     return;
   }
+  if constexpr (Probe == probe::launch) {
+    ptrs[i] = nullptr;
+    return;
+  }
   void* p = ptrs[i];
-  if constexpr (Probe == probe::floor) {
-    asm volatile("" : : "l"(p));  // as heap_bench's floor: the load stays, nothing waits for it
-  } else {
-    if constexpr (Probe != probe::wait) {
-      __syncwarp(__activemask());
-      cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);
-    }
-    asm volatile("" : "+l"(p));
-    if (p == nullptr) {  // never (every allocation succeeded): the value is used
-      ptrs[n] = p;
-    }
+  if constexpr (Probe != probe::floor) {
+    __syncwarp(__activemask());
+    cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);
+  }
+  asm volatile("" : "+l"(p));
+  if (p == nullptr) {  // never (every allocation succeeded): the value is used
+    ptrs[n] = p;
   }
   if constexpr (Probe == probe::group || Probe == probe::classes) {
     unsigned const group = i / 32 / warps_per_group;
@@ -195,8 +197,8 @@ class bench {
       alloc_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg);
       count_nulls<<<grid, block_threads>>>(ptrs_, n, nulls_);
       DEVMR_CUDA_TRY(cudaMemcpy(saved_, ptrs_, n * sizeof(void*), cudaMemcpyDeviceToDevice));
+      time_probe<probe::launch>(ms, grid, n, size_arg);
       time_probe<probe::floor>(ms, grid, n, size_arg);
-      time_probe<probe::wait>(ms, grid, n, size_arg);
       time_probe<probe::fence>(ms, grid, n, size_arg);
       time_probe<probe::red>(ms, grid, n, size_arg);
       time_probe<probe::atom>(ms, grid, n, size_arg);

@@ -81,11 +81,12 @@ constexpr double churn_target = 0.33;
 
 /// Counters that the check, churn and CUDA-malloc kernels write; zeroed before each run.
 struct run_counters {
-  unsigned long long tag_errors;    ///< first or last word not the tag its thread wrote
-  unsigned long long align_errors;  ///< block not aligned to 16 bytes
-  unsigned long long nulls;         ///< allocations that returned nullptr
-  unsigned long long abandoned;     ///< CUDA malloc/free calls skipped past the kernel deadline
-  unsigned long long deadline_ns;   ///< %globaltimer value past which CUDA malloc kernels give up
+  unsigned long long tag_errors;     ///< first or last word not the tag its thread wrote
+  unsigned long long align_errors;   ///< block not aligned to 16 bytes
+  unsigned long long nulls;          ///< allocations that returned nullptr
+  unsigned long long abandoned;      ///< CUDA malloc/free calls skipped past the kernel deadline
+  unsigned long long foreign_frees;  ///< frees of a pointer the floor did not hand out
+  unsigned long long deadline_ns;    ///< %globaltimer value past which CUDA malloc kernels give up
 };
 
 __device__ __forceinline__ unsigned lane_index() {
@@ -151,6 +152,7 @@ struct floor_allocator {
   std::byte* base;
   unsigned long long* offset;
   unsigned long long capacity;
+  run_counters* counters;
 
   /// Lane sums are 32-bit (one shuffle each): fine for requests below 128 MiB, and this bench asks
   /// for 4096 B at most.
@@ -198,9 +200,18 @@ struct floor_allocator {
     return base + (start + end - need);
   }
 
-  /// The least a free kernel does: the pointer is loaded (the empty asm consumes it, so the load
-  /// stays) and nothing else happens.
-  __device__ void deallocate(void* p, std::size_t) const { asm volatile("" : : "l"(p)); }
+  /// The least a free does: it looks at the pointer it is given, and returns. So the free
+  /// kernel loads the pointer, as it does for every allocator. (It counts a pointer that it did
+  /// not hand out, which the bench never gives it; a use that the compiler keeps. Until
+  /// 2026-12-01 an empty asm statement took the pointer instead: ptxas dropped the load, and the
+  /// floor's free kernel only stored the nullptrs; bench/RESULTS.md, fifteenth session.)
+  __device__ void deallocate(void* p, std::size_t) const {
+    auto const at = reinterpret_cast<std::uintptr_t>(p);
+    auto const first = reinterpret_cast<std::uintptr_t>(base);
+    if (p != nullptr && (at < first || at - first >= capacity)) {
+      atomicAdd(&counters->foreign_frees, 1ull);
+    }
+  }
 };
 
 // ---- kernels -----------------------------------------------------------------------------------
@@ -317,6 +328,7 @@ struct row {
   unsigned long long nulls[num_allocators] = {};
   unsigned long long tag_errors[num_allocators] = {};
   unsigned long long align_errors[num_allocators] = {};
+  unsigned long long foreign_frees = 0;  ///< the floor's
 };
 
 row make_row(unsigned threads, unsigned size_arg, bool churn) {
@@ -330,6 +342,9 @@ row make_row(unsigned threads, unsigned size_arg, bool churn) {
 /// A row fails when a block of any allocator failed its check, or devmr or the floor returned
 /// nullptr (both are sized never to run out; CUDA malloc's nullptrs are only reported).
 bool row_failed(row const& r) {
+  if (r.foreign_frees != 0) {
+    return true;
+  }
   for (int k = 0; k < num_allocators; ++k) {
     if (r.tag_errors[k] != 0 || r.align_errors[k] != 0 || (k != 1 && r.nulls[k] != 0)) {
       return true;
@@ -491,7 +506,8 @@ class heap_bench {
     return cuda_malloc_allocator{counters_};
   }
   [[nodiscard]] floor_allocator floor_alloc() const {
-    return floor_allocator{static_cast<std::byte*>(floor_buffer_), floor_offset_, floor_bytes};
+    return floor_allocator{static_cast<std::byte*>(floor_buffer_), floor_offset_, floor_bytes,
+                           counters_};
   }
 
   /// Brings an allocator to the state every run starts from; sets the malloc deadline.
@@ -605,6 +621,7 @@ class heap_bench {
       r.nulls[k] += c.nulls;
       r.tag_errors[k] += c.tag_errors;
       r.align_errors[k] += c.align_errors;
+      r.foreign_frees += c.foreign_frees;
       if (kind == allocator_kind::devmr) {
         check_heap(r, failed_before, "alloc/free");
       }
@@ -634,6 +651,7 @@ class heap_bench {
       float const ms = churn_phase(kind, r.threads);
       run_counters const c = read_counters();
       r.nulls[k] += c.nulls;
+      r.foreign_frees += c.foreign_frees;
       if (kind == allocator_kind::devmr) {
         check_heap(r, failed_before, "churn");
       }
@@ -743,6 +761,9 @@ int print_table(std::vector<row> const& rows, int reps) {
                  " tag, " + std::to_string(r.align_errors[k]) + " alignment errors, " +
                  std::to_string(r.nulls[k]) + " nullptr; ";
       }
+    }
+    if (r.foreign_frees != 0) {
+      notes += "floor: " + std::to_string(r.foreign_frees) + " frees of pointers not its own; ";
     }
     failures += bad ? 1 : 0;
     int const phases = r.churn ? 1 : 2;

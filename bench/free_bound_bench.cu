@@ -24,6 +24,10 @@
 //   classes: `group`, and one `red.add` per size class of the warp's blocks on a count of the
 //           group's class, in the same 128-byte line as the group's count: what such slabs
 //           would also need to keep the statistics per size class exact.
+//   packed: `group`, with the per-class counts two to a 32-bit word (16 bits each): the warp sums
+//           each word's part over its lanes (`__reduce_add_sync`, five words for nine classes),
+//           and one instruction adds them, a `red.add` from each of up to five lanes, in the
+//           group's line. Exact while no class of a group holds 65536 blocks or more.
 // Rows: 2^16, 2^20 and 2^22 threads, 256-thread blocks; 16 B, 256 B, 1 KiB, 4 KiB and mixed sizes
 // (16 << (hash(i) % 9) bytes, as heap_bench's mixed rows). Each run: the heap is reset, one kernel
 // allocates every block, a copy of the pointers is kept (untimed); before each kernel the
@@ -64,9 +68,9 @@ constexpr unsigned counter_stride = 32;  // 128 bytes
 constexpr unsigned counter_slots = 1u << 16;
 constexpr int runs = 5;
 
-enum class probe : int { launch, floor, fence, red, atom, devmr, group, classes, count };
+enum class probe : int { launch, floor, fence, red, atom, devmr, group, classes, packed, count };
 constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
-    "launch", "floor", "fence", "red", "atom", "devmr", "group", "classes"};
+    "launch", "floor", "fence", "red", "atom", "devmr", "group", "classes", "packed"};
 constexpr unsigned warps_per_group = 32;
 
 __global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
@@ -129,7 +133,7 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigne
   if (p == nullptr) {  // never (every allocation succeeded): the value is used
     ptrs[n] = p;
   }
-  if constexpr (Probe == probe::group || Probe == probe::classes) {
+  if constexpr (Probe == probe::group || Probe == probe::classes || Probe == probe::packed) {
     unsigned const group = i / 32 / warps_per_group;
     unsigned* const counter = counters + (group % counter_slots) * counter_stride;
     add_per_key<true>(group, counter, ptrs, n, p);
@@ -137,6 +141,22 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigne
       // the class of a power-of-two size from 16 B: log2(size) - 4, at most 8 here
       unsigned const cls = 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
       add_per_key<false>(group * 16u + cls, counter + 1 + cls, ptrs, n, p);
+    }
+    if constexpr (Probe == probe::packed) {
+      unsigned const cls = 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
+      unsigned const callers = __activemask();
+      unsigned const part = 1u << (cls % 2u * 16u);
+      unsigned mine = 0;  // lane w: the sum of word w over the warp
+      for (unsigned w = 0; w < 5u; ++w) {
+        unsigned const sum = __reduce_add_sync(callers, cls / 2u == w ? part : 0u);
+        mine = lane_id() == w ? sum : mine;
+      }
+      if (mine != 0u) {
+        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;"
+                     :
+                     : "l"(counter + 1 + lane_id()), "r"(mine)
+                     : "memory");
+      }
     }
   }
   if constexpr (Probe == probe::red || Probe == probe::atom) {
@@ -204,6 +224,7 @@ class bench {
       time_probe<probe::atom>(ms, grid, n, size_arg);
       time_probe<probe::group>(ms, grid, n, size_arg);
       time_probe<probe::classes>(ms, grid, n, size_arg);
+      time_probe<probe::packed>(ms, grid, n, size_arg);
       restore(n);
       ms[static_cast<int>(probe::devmr)].push_back(timer_.time_ms(
           [&] { free_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg); }));

@@ -79,7 +79,7 @@ constexpr double churn_target = 0.33;
 // ---- device helpers
 // ------------------------------------------------------------------------------
 
-/// Counters that the check, churn and CUDA-malloc kernels write; zeroed before each run.
+/// Counters that the check, churn and free kernels write; zeroed before each run.
 struct run_counters {
   unsigned long long tag_errors;     ///< first or last word not the tag its thread wrote
   unsigned long long align_errors;   ///< block not aligned to 16 bytes

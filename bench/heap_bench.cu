@@ -12,7 +12,8 @@
 // of each thread (each allocation comes with its free; the pair is one operation).
 //
 // Exit status: 0 all blocks checked out; 1 a check failed (wrong tag, misaligned block, a nullptr
-// from devmr or the floor) or a CUDA/devmr error; 2 no GPU; 64 bad command line.
+// from devmr or the floor, a floor free that does not read its pointer) or a CUDA/devmr error;
+// 2 no GPU; 64 bad command line.
 
 #include "block_sizes.hpp"
 #include "event_timer.hpp"
@@ -462,6 +463,7 @@ class heap_bench {
     if (row_failed(r)) {
       warnings_.push_back("WARNING the warm-up run (2^16 threads, 64 B) failed its checks");
     }
+    check_floor_free();
     heap_.reset();
     DEVMR_CUDA_TRY(cudaDeviceSynchronize());
     malloc_spent_ms_ = 0.0f;
@@ -495,8 +497,27 @@ class heap_bench {
   }
 
   [[nodiscard]] std::vector<std::string> const& warnings() const { return warnings_; }
+  /// False when the floor's free kernel did not read the pointer it was given.
+  [[nodiscard]] bool floor_free_reads() const { return floor_free_reads_; }
 
  private:
+  /// The floor's free must look at its pointer; one that does not (the compiler dropped its
+  /// load until 2026-12-01) times an empty grid. One thread frees a pointer that the floor did
+  /// not hand out (the counters' own), which it must count.
+  void check_floor_free() {
+    DEVMR_CUDA_TRY(cudaMemsetAsync(counters_, 0, sizeof(run_counters), 0));
+    void* const foreign = counters_;
+    DEVMR_CUDA_TRY(cudaMemcpy(ptrs_, &foreign, sizeof(void*), cudaMemcpyHostToDevice));
+    free_kernel<<<1, 1>>>(floor_alloc(), ptrs_, 1, 64);
+    DEVMR_CUDA_TRY(cudaGetLastError());
+    floor_free_reads_ = read_counters().foreign_frees == 1;
+    if (!floor_free_reads_) {
+      warnings_.push_back(
+          "WARNING the floor's free kernel did not count a foreign pointer: it does not read its "
+          "pointer, and its free rows time an empty grid");
+    }
+  }
+
   [[nodiscard]] bool malloc_wanted(unsigned threads) const {
     return !opts_.no_malloc && threads < (1u << 22) && malloc_spent_ms_ < malloc_total_budget_ms;
   }
@@ -680,6 +701,7 @@ class heap_bench {
   void* floor_buffer_ = nullptr;
   float malloc_spent_ms_ = 0.0f;
   std::vector<std::string> warnings_;
+  bool floor_free_reads_ = true;
 };
 
 /// Heap construction time: a 64 GiB heap from a pool that holds 65 GiB already. Each trial builds
@@ -886,7 +908,7 @@ int run(options const& opts) {
       std::printf("%s\n", w.c_str());
     }
     std::printf("warnings: %zu, rows with failed checks: %d\n", bench.warnings().size(), failures);
-    if (failures != 0) {
+    if (failures != 0 || !bench.floor_free_reads()) {
       return 1;
     }
   }

@@ -112,6 +112,11 @@ __device__ void add_per_key(unsigned key, unsigned* counter, void** ptrs, unsign
   }
 }
 
+/// The size class of thread `i`'s block (a power of two from 16 B): log2(size) - 4, at most 8.
+__device__ unsigned size_class(unsigned i, unsigned size_arg) {
+  return 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
+}
+
 /// One probe over the pointers: `Probe` is the part of a free that it keeps. `ptrs[n]` is a slot
 /// that only a result that never comes would write (so that the compiler keeps what yields it).
 template <probe Probe>
@@ -138,12 +143,11 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigne
     unsigned* const counter = counters + (group % counter_slots) * counter_stride;
     add_per_key<true>(group, counter, ptrs, n, p);
     if constexpr (Probe == probe::classes) {
-      // the class of a power-of-two size from 16 B: log2(size) - 4, at most 8 here
-      unsigned const cls = 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
+      unsigned const cls = size_class(i, size_arg);
       add_per_key<false>(group * 16u + cls, counter + 1 + cls, ptrs, n, p);
     }
     if constexpr (Probe == probe::packed) {
-      unsigned const cls = 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
+      unsigned const cls = size_class(i, size_arg);
       unsigned const callers = __activemask();
       unsigned const part = 1u << (cls % 2u * 16u);
       unsigned mine = 0;  // lane w: the sum of word w over the warp

@@ -28,6 +28,11 @@
 //           each word's part over its lanes (`__reduce_add_sync`, five words for nine classes),
 //           and one instruction adds them, a `red.add` from each of up to five lanes, in the
 //           group's line. Exact while no class of a group holds 65536 blocks or more.
+//   vector: `group`, with the group's count and the nine per-class counts as the f32 lanes of
+//           three 16-byte vectors in one line (floats hold counts exactly below 2^24): the warp
+//           counts each class (`__ballot_sync`), one lane adds {count, classes 0-2} by
+//           `atom.add.v4.f32` and waits for it, and up to two lanes add classes 3-6 and 7-8 by
+//           `red.add.v4.f32` (sm_90 has both as one instruction each).
 // Rows: 2^16, 2^20 and 2^22 threads, 256-thread blocks; 16 B, 256 B, 1 KiB, 4 KiB and mixed sizes
 // (16 << (hash(i) % 9) bytes, as heap_bench's mixed rows). Each run: the heap is reset, one kernel
 // allocates every block, a copy of the pointers is kept (untimed); before each kernel the
@@ -68,9 +73,21 @@ constexpr unsigned counter_stride = 32;  // 128 bytes
 constexpr unsigned counter_slots = 1u << 16;
 constexpr int runs = 5;
 
-enum class probe : int { launch, floor, fence, red, atom, devmr, group, classes, packed, count };
+enum class probe : int {
+  launch,
+  floor,
+  fence,
+  red,
+  atom,
+  devmr,
+  group,
+  classes,
+  packed,
+  vector,
+  count
+};
 constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
-    "launch", "floor", "fence", "red", "atom", "devmr", "group", "classes", "packed"};
+    "launch", "floor", "fence", "red", "atom", "devmr", "group", "classes", "packed", "vector"};
 constexpr unsigned warps_per_group = 32;
 
 __global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
@@ -117,10 +134,43 @@ __device__ unsigned size_class(unsigned i, unsigned size_arg) {
   return 27u - static_cast<unsigned>(__clz(block_size(i, size_arg)));
 }
 
+/// The count of the warp's group and its per-class counts, three 16-byte vectors of floats at
+/// `line` (see `vector` above): lane 0 adds {blocks, classes 0-2} and waits for the result;
+/// lanes 1 and 2 add classes 3-6 and 7-8 where the warp has any. The counts start at zero.
+__device__ void add_vectors(unsigned cls, float* line, void** ptrs, unsigned n, void* p) {
+  unsigned const callers = __activemask();
+  float sums[12] = {};
+  sums[0] = static_cast<float>(__popc(callers));
+  for (unsigned c = 0; c < 9u; ++c) {
+    sums[1 + c] = static_cast<float>(__popc(__ballot_sync(callers, cls == c)));
+  }
+  unsigned const lane = lane_id();
+  if (lane == 0) {
+    float old[4];
+    asm volatile("atom.relaxed.gpu.global.add.v4.f32 {%0, %1, %2, %3}, [%4], {%5, %6, %7, %8};"
+                 : "=f"(old[0]), "=f"(old[1]), "=f"(old[2]), "=f"(old[3])
+                 : "l"(line), "f"(sums[0]), "f"(sums[1]), "f"(sums[2]), "f"(sums[3])
+                 : "memory");
+    if (old[0] < 0.0f) {  // never (the counts start at zero and only grow)
+      ptrs[n] = p;
+    }
+  } else if (lane < 3u) {
+    unsigned const v = lane * 4u;
+    if (sums[v] + sums[v + 1] + sums[v + 2] + sums[v + 3] != 0.0f) {
+      asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                   :
+                   : "l"(line + v), "f"(sums[v]), "f"(sums[v + 1]), "f"(sums[v + 2]),
+                     "f"(sums[v + 3])
+                   : "memory");
+    }
+  }
+}
+
 /// One probe over the pointers: `Probe` is the part of a free that it keeps. `ptrs[n]` is a slot
 /// that only a result that never comes would write (so that the compiler keeps what yields it).
 template <probe Probe>
-__global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigned* counters) {
+__global__ void probe_kernel(
+    void** ptrs, unsigned n, unsigned size_arg, unsigned* counters, float* float_counters) {
   unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) {
     return;
@@ -163,6 +213,11 @@ __global__ void probe_kernel(void** ptrs, unsigned n, unsigned size_arg, unsigne
       }
     }
   }
+  if constexpr (Probe == probe::vector) {
+    unsigned const group = i / 32 / warps_per_group;
+    add_vectors(size_class(i, size_arg), float_counters + (group % counter_slots) * counter_stride,
+                ptrs, n, p);
+  }
   if constexpr (Probe == probe::red || Probe == probe::atom) {
     auto const slab = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(p) >> 20);
     add_per_key<Probe == probe::atom>(slab, counters + (slab % counter_slots) * counter_stride,
@@ -198,10 +253,13 @@ class bench {
     DEVMR_CUDA_TRY(cudaMalloc(&saved_, max_threads * sizeof(void*)));
     DEVMR_CUDA_TRY(cudaMalloc(&counters_, counter_slots * counter_stride * sizeof(unsigned)));
     DEVMR_CUDA_TRY(cudaMemset(counters_, 0, counter_slots * counter_stride * sizeof(unsigned)));
+    DEVMR_CUDA_TRY(cudaMalloc(&float_counters_, counter_slots * counter_stride * sizeof(float)));
+    DEVMR_CUDA_TRY(cudaMemset(float_counters_, 0, counter_slots * counter_stride * sizeof(float)));
     DEVMR_CUDA_TRY(cudaMalloc(&nulls_, sizeof(unsigned)));
   }
   ~bench() {
     cudaFree(nulls_);
+    cudaFree(float_counters_);
     cudaFree(counters_);
     cudaFree(saved_);
     cudaFree(ptrs_);
@@ -229,6 +287,7 @@ class bench {
       time_probe<probe::group>(ms, grid, n, size_arg);
       time_probe<probe::classes>(ms, grid, n, size_arg);
       time_probe<probe::packed>(ms, grid, n, size_arg);
+      time_probe<probe::vector>(ms, grid, n, size_arg);
       restore(n);
       ms[static_cast<int>(probe::devmr)].push_back(timer_.time_ms(
           [&] { free_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg); }));
@@ -273,8 +332,9 @@ class bench {
                   unsigned n,
                   unsigned size_arg) {
     restore(n);
-    ms[static_cast<int>(Probe)].push_back(timer_.time_ms(
-        [&] { probe_kernel<Probe><<<grid, block_threads>>>(ptrs_, n, size_arg, counters_); }));
+    ms[static_cast<int>(Probe)].push_back(timer_.time_ms([&] {
+      probe_kernel<Probe><<<grid, block_threads>>>(ptrs_, n, size_arg, counters_, float_counters_);
+    }));
   }
 
   devmr::device_pool pool_{devmr::pool_options{.initial_bytes = 24 * gib + 64 * mib}};
@@ -283,6 +343,7 @@ class bench {
   void** ptrs_ = nullptr;
   void** saved_ = nullptr;  ///< the pointers the allocation kernel wrote
   unsigned* counters_ = nullptr;
+  float* float_counters_ = nullptr;  ///< the `vector` probe's counts
   unsigned* nulls_ = nullptr;
 };
 

@@ -33,6 +33,12 @@
 //           counts each class (`__ballot_sync`), one lane adds {count, classes 0-2} by
 //           `atom.add.v4.f32` and waits for it, and up to two lanes add classes 3-6 and 7-8 by
 //           `red.add.v4.f32` (sm_90 has both as one instruction each).
+//   per1, per2, per3: `group`, with one slab per group for each size class (per1), for each two
+//           classes (16 and 32 B, 64 and 128 B, ...: per2) or for each three (per3): one `atom`
+//           per slab that the warp's blocks lie in, each count in a line of its own. per1 lays
+//           the blocks out as devmr does and checks the emulation against `atom`; per2 and per3
+//           bound slabs that hold two or three classes, whose per-class counts would be fields of
+//           the one word (a 64-bit add changes them all).
 // Rows: 2^16, 2^20 and 2^22 threads, 256-thread blocks; 16 B, 256 B, 1 KiB, 4 KiB and mixed sizes
 // (16 << (hash(i) % 9) bytes, as heap_bench's mixed rows). Each run: the heap is reset, one kernel
 // allocates every block, a copy of the pointers is kept (untimed); before each kernel the
@@ -84,10 +90,14 @@ enum class probe : int {
   classes,
   packed,
   vector,
+  per1,
+  per2,
+  per3,
   count
 };
 constexpr std::array<char const*, static_cast<int>(probe::count)> probe_names{
-    "launch", "floor", "fence", "red", "atom", "devmr", "group", "classes", "packed", "vector"};
+    "launch",  "floor",  "fence",  "red",  "atom", "devmr", "group",
+    "classes", "packed", "vector", "per1", "per2", "per3"};
 constexpr unsigned warps_per_group = 32;
 
 __global__ void alloc_kernel(devmr::slab_ref<> ref, void** ptrs, unsigned n, unsigned size_arg) {
@@ -218,6 +228,14 @@ __global__ void probe_kernel(
     add_vectors(size_class(i, size_arg), float_counters + (group % counter_slots) * counter_stride,
                 ptrs, n, p);
   }
+  if constexpr (Probe == probe::per1 || Probe == probe::per2 || Probe == probe::per3) {
+    constexpr unsigned classes_per_slab = Probe == probe::per1   ? 1u
+                                          : Probe == probe::per2 ? 2u
+                                                                 : 3u;
+    unsigned const slab =
+        i / 32 / warps_per_group * 16u + size_class(i, size_arg) / classes_per_slab;
+    add_per_key<true>(slab, counters + (slab % counter_slots) * counter_stride, ptrs, n, p);
+  }
   if constexpr (Probe == probe::red || Probe == probe::atom) {
     auto const slab = static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(p) >> 20);
     add_per_key<Probe == probe::atom>(slab, counters + (slab % counter_slots) * counter_stride,
@@ -288,6 +306,9 @@ class bench {
       time_probe<probe::classes>(ms, grid, n, size_arg);
       time_probe<probe::packed>(ms, grid, n, size_arg);
       time_probe<probe::vector>(ms, grid, n, size_arg);
+      time_probe<probe::per1>(ms, grid, n, size_arg);
+      time_probe<probe::per2>(ms, grid, n, size_arg);
+      time_probe<probe::per3>(ms, grid, n, size_arg);
       restore(n);
       ms[static_cast<int>(probe::devmr)].push_back(timer_.time_ms(
           [&] { free_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg); }));

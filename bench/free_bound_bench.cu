@@ -190,6 +190,7 @@ __global__ void probe_kernel(
     return;
   }
   void* p = ptrs[i];
+  [[maybe_unused]] unsigned const group = i / 32 / warps_per_group;  // the probes of groups
   if constexpr (Probe != probe::floor) {
     __syncwarp(__activemask());
     cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);
@@ -199,7 +200,6 @@ __global__ void probe_kernel(
     ptrs[n] = p;
   }
   if constexpr (Probe == probe::group || Probe == probe::classes || Probe == probe::packed) {
-    unsigned const group = i / 32 / warps_per_group;
     unsigned* const counter = counters + (group % counter_slots) * counter_stride;
     add_per_key<true>(group, counter, ptrs, n, p);
     if constexpr (Probe == probe::classes) {
@@ -224,7 +224,6 @@ __global__ void probe_kernel(
     }
   }
   if constexpr (Probe == probe::vector) {
-    unsigned const group = i / 32 / warps_per_group;
     add_vectors(size_class(i, size_arg), float_counters + (group % counter_slots) * counter_stride,
                 ptrs, n, p);
   }
@@ -232,8 +231,7 @@ __global__ void probe_kernel(
     constexpr unsigned classes_per_slab = Probe == probe::per1   ? 1u
                                           : Probe == probe::per2 ? 2u
                                                                  : 3u;
-    unsigned const slab =
-        i / 32 / warps_per_group * 16u + size_class(i, size_arg) / classes_per_slab;
+    unsigned const slab = group * 16u + size_class(i, size_arg) / classes_per_slab;
     add_per_key<true>(slab, counters + (slab % counter_slots) * counter_stride, ptrs, n, p);
   }
   if constexpr (Probe == probe::red || Probe == probe::atom) {
@@ -297,18 +295,9 @@ class bench {
       alloc_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg);
       count_nulls<<<grid, block_threads>>>(ptrs_, n, nulls_);
       DEVMR_CUDA_TRY(cudaMemcpy(saved_, ptrs_, n * sizeof(void*), cudaMemcpyDeviceToDevice));
-      time_probe<probe::launch>(ms, grid, n, size_arg);
-      time_probe<probe::floor>(ms, grid, n, size_arg);
-      time_probe<probe::fence>(ms, grid, n, size_arg);
-      time_probe<probe::red>(ms, grid, n, size_arg);
-      time_probe<probe::atom>(ms, grid, n, size_arg);
-      time_probe<probe::group>(ms, grid, n, size_arg);
-      time_probe<probe::classes>(ms, grid, n, size_arg);
-      time_probe<probe::packed>(ms, grid, n, size_arg);
-      time_probe<probe::vector>(ms, grid, n, size_arg);
-      time_probe<probe::per1>(ms, grid, n, size_arg);
-      time_probe<probe::per2>(ms, grid, n, size_arg);
-      time_probe<probe::per3>(ms, grid, n, size_arg);
+      time_probes<probe::launch, probe::floor, probe::fence, probe::red, probe::atom, probe::group,
+                  probe::classes, probe::packed, probe::vector, probe::per1, probe::per2,
+                  probe::per3>(ms, grid, n, size_arg);
       restore(n);
       ms[static_cast<int>(probe::devmr)].push_back(timer_.time_ms(
           [&] { free_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, n, size_arg); }));
@@ -356,6 +345,15 @@ class bench {
     ms[static_cast<int>(Probe)].push_back(timer_.time_ms([&] {
       probe_kernel<Probe><<<grid, block_threads>>>(ptrs_, n, size_arg, counters_, float_counters_);
     }));
+  }
+
+  /// time_probe for each of `Probes`, in that order.
+  template <probe... Probes>
+  void time_probes(std::array<std::vector<float>, static_cast<int>(probe::count)>& ms,
+                   unsigned grid,
+                   unsigned n,
+                   unsigned size_arg) {
+    (time_probe<Probes>(ms, grid, n, size_arg), ...);
   }
 
   devmr::device_pool pool_{devmr::pool_options{.initial_bytes = 24 * gib + 64 * mib}};

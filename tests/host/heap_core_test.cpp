@@ -235,14 +235,57 @@ TEST_CASE("a claim for more blocks than a slab holds leaves its slot a slab with
       blocks.push_back(got.first + i * block_size(cls));
     }
     served += got.count;
-    // The claim that takes a slab's last block installs the next; none leaves a used-up slab
-    // in the slot, where the claims behind it would wait for an installer that never comes.
+    // A claim that takes a slab's last block and wants more installs the next, which it claims
+    // from at once; none leaves a used-up slab in the slot, where its own next claim would wait
+    // for an installer that never comes.
     REQUIRE(is_slab(slot_id(slot)));
     CHECK(slot_count(slot) < class_capacity(cls));
   }
   std::sort(blocks.begin(), blocks.end());
   CHECK(std::adjacent_find(blocks.begin(), blocks.end()) == blocks.end());
   CHECK(heap.blocks_in_use() == 5);
+  for (void* p : blocks) {
+    core.free_one(p, 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+}
+
+TEST_CASE(
+    "a claim that takes a slab's last blocks and wants no more leaves the install to the next",
+    "[heap][core]") {
+  host_heap heap{{8}, false};
+  auto core = heap.core();
+  unsigned const cls = num_classes - 3;  // 32 KiB blocks, 8 per slab
+  std::uint32_t const capacity = class_capacity(cls);
+  std::uint64_t const& slot = slot_word_of(heap.header(), cls, 0);
+  std::vector<void*> blocks;
+  auto take = [&](std::uint32_t want) {
+    claim_result const got = core.claim(cls, 0, want, 0);
+    REQUIRE(got.count == want);
+    for (std::uint32_t i = 0; i < got.count; ++i) {
+      blocks.push_back(got.first + i * block_size(cls));
+    }
+  };
+  take(3);             // the vacant slot's first claim installs a slab
+  take(capacity - 3);  // its last blocks, all this claim wants: nothing more is installed
+  std::uint32_t const used_up = slot_id(slot);
+  CHECK(slot == make_slot(used_up, capacity));
+  CHECK(heap.header().frontier[0] == 1);
+  CHECK(heap.blocks_in_use() == capacity);
+  take(2);  // finds the count at the capacity: installs the next slab, its blocks the first two
+  CHECK(heap.header().frontier[0] == 2);
+  CHECK(slot == make_slot(slot_id(slot), 2));
+  CHECK(slot_id(slot) != used_up);
+  // Used up again by a claim that wants no more: the next claim installs, the one after it
+  // claims from the new slab.
+  take(capacity - 2);
+  take(1);
+  take(1);
+  CHECK(heap.header().frontier[0] == 3);
+  CHECK(slot == make_slot(slot_id(slot), 2));
+  std::sort(blocks.begin(), blocks.end());
+  CHECK(std::adjacent_find(blocks.begin(), blocks.end()) == blocks.end());
+  CHECK(heap.blocks_in_use() == 2 * capacity + 2);
   for (void* p : blocks) {
     core.free_one(p, 0);
   }

@@ -200,19 +200,23 @@ class heap_core {
       bool used_up = false;
       claim_result const got = take_blocks(seen, want, cls, used_up, first);
       if (got.count != 0) {
-        if (used_up) {
-          // Install the next slab now, so that the claims behind this one find it instead of all
-          // noticing at once that the slab is used up. The slab stays in the slot until then:
-          // the claims that find it wait for this thread as for an installing id.
+        if (used_up && got.count < want) {
+          // This claim used the slab up and still wants blocks, which the caller claims next:
+          // it installs the next slab now, and the claims behind it wait for it as for an
+          // installing id. A claim that got all it wanted installs nothing: the first claim
+          // that finds the slab used up does, if one ever comes (at the end of a kernel, an
+          // install nobody needed held up the warp that used the slab up).
           install(cls, slot, 0, hint, first);
         }
         return got;
       }
-      if (is_vacant(seen)) {  // the first claim since the slot lost its slab installs
+      // The first claim since the slot lost its slab, or since a claim took its last blocks and
+      // all it wanted, installs: its addition found the count at zero or at the capacity.
+      if (is_vacant(seen) || just_used_up(seen, capacity)) {
         return install(cls, slot, want, hint, first);
       }
-      // The slab is used up (the claim that took its last blocks installs the next) or the next
-      // is being installed. Wait for the installer, but never without bound: after a while one
+      // The slab is used up and another claim installs the next (see above), or the next is
+      // being installed. Wait for the installer, but never without bound: after a while one
       // waiter takes the installation over, so a descheduled installer holds nobody up, and the
       // others wait for that one.
       std::uint32_t const id = slot_id(seen);
@@ -954,7 +958,9 @@ class heap_core {
       // acquire: as a claim's (see claim).
       std::uint64_t const seen = slot_word.fetch_add(want, acquire);
       claim_result const got = take_blocks(seen, want, cls, used_up, first);
-      if (used_up) {
+      // A claim that used the slab up, or found it used up by one that wanted no more, would
+      // install the next; out of slabs, it leaves the slot vacant instead.
+      if (used_up || just_used_up(seen, capacity)) {
         give_up(slot_word, seen + want, capacity);
       }
       if (got.count != 0) {
@@ -984,13 +990,21 @@ class heap_core {
     give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
   }
 
+  /// True when slot value `w` names a slab at exactly its capacity: a claim took its last blocks
+  /// and all it wanted, so nobody installs the next yet; the claim whose addition found `w` does.
+  DEVMR_HOST_DEVICE static bool just_used_up(std::uint64_t w, std::uint32_t capacity) {
+    return is_slab(slot_id(w)) && slot_count(w) == capacity;
+  }
+
   /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
   /// installer (an installing id, or no_slab while its vacancy is claimed), or slab `id` used up
-  /// (not formatted and installed here again).
+  /// (not formatted and installed here again) past its capacity, so that some claim installs
+  /// the next. A count at exactly the capacity is no longer waiting: the claim whose addition
+  /// found it installs (see just_used_up).
   DEVMR_HOST_DEVICE static bool still_waiting(std::uint64_t w,
                                               std::uint32_t id,
                                               std::uint32_t capacity) {
-    return slot_id(w) == id && (!is_slab(id) || slot_count(w) >= capacity);
+    return slot_id(w) == id && (!is_slab(id) || slot_count(w) > capacity);
   }
 
   /// Swaps the next installing id into the slot while it still holds what a waiter saw (`seen`

@@ -87,6 +87,8 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
 /// claim from. With a count of zero the slot is vacant: the claim whose addition finds the zero
 /// is the one that installs the next slab, with no other atomic to elect it; the claims behind
 /// it find a count above zero and wait for it. Whoever replaces such a value discards the count.
+/// A slab's count at exactly its capacity elects the same way: the claim that took its last
+/// blocks got all it wanted and installed nothing, and the claim that finds that value installs.
 inline constexpr std::uint64_t empty_slot = std::uint64_t{no_slab} << 32;
 /// Ids from `installing_first` to `installing_last` tell one installation from the next, so that
 /// the claims waiting for one see it end. A waiter that waited too long takes the installation

@@ -904,10 +904,12 @@ TEST_CASE_METHOD(one_slot<4>,
   REQUIRE(core.locate(got.first, id, offset));
   CHECK(slot_id(slot) == id);
   CHECK(heap.blocks_in_use() == 3);
-  // A claim takes the slab's last blocks and stalls before it installs the next: the slot keeps
-  // the used-up slab, and the claims behind wait, then one takes over.
-  std::uint64_t const last = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(capacity - 3);
+  // A claim takes the slab's last blocks, wants one more, and stalls before it installs the
+  // next: the slot keeps the used-up slab, counted past its capacity, and the claims behind
+  // wait, then one takes over. (Had it wanted no more, the next claim would install at once.)
+  std::uint64_t const last = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(capacity - 3 + 1);
   REQUIRE(last == make_slot(id, 3));
+  REQUIRE(slot_count(slot) == capacity + 1);
   claim_result const next = core.claim(cls, 0, 2, 0);
   REQUIRE(next.count == 2);
   std::uint32_t next_id = 0;

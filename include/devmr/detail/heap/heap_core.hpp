@@ -9,8 +9,9 @@
 //    a count of the blocks handed out: a claim adds the number of blocks it wants to the word, one
 //    atomic, and the value it gets back says which slab and which of its blocks are its own.
 //    Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
-//  - When a slot's slab runs out, one thread (the one whose claim took its last blocks, or the
-//    first claim on a vacant slot, whose addition found a count of zero) installs the next; the
+//  - When a slot's slab runs out, one thread (the one whose claim took its last blocks and
+//    wants more; or the first claim whose addition found the count at zero, on a vacant slot, or
+//    at the slab's capacity, used up by a claim that wanted no more) installs the next; the
 //    others wait for it, but only for a bounded time (~300 us on the device), then one of them
 //    takes the installation over (and the others wait for that one). No thread ever waits
 //    without bound on another: every other wait is a CAS retry that fails only because another
@@ -294,8 +295,9 @@ class heap_core {
       give_up(slot, cls);
       return {nullptr, 0};
     }
-    // At most all blocks but one: a slab is used up by a claim that takes its last block, and
-    // that claim installs the next (see claim); one published used up would wait for nobody.
+    // At most all blocks but one, so that the slab published has a block left for the next
+    // claim. (Used up at once, with its count at the capacity, it would make that claim install
+    // again: see claim.)
     std::uint32_t const capacity = class_capacity(cls);
     std::uint32_t const take = want < capacity ? want : capacity - 1;
     publish(cls, slot, id, take, first);

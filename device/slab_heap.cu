@@ -38,14 +38,14 @@ __global__ void allocate_kernel(heap_header* h,
   *result = device_allocate(h, bytes, alignment);
 }
 
-__global__ void free_kernel(heap_header* h, void const* p) {
-  device_deallocate(h, p);
+__global__ void free_kernel(heap_header* h, void const* p, std::size_t size) {
+  device_deallocate(h, p, size);
 }
 
 __global__ void free_bulk_kernel(heap_header* h, void* const* blocks, std::size_t count) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    device_deallocate(h, blocks[i]);
+    device_deallocate(h, blocks[i], 0);  // sizes unknown: the slabs' fronts tell
   }
 }
 
@@ -66,7 +66,7 @@ __global__ void reset_kernel(heap_header* h) {
     h->runs_in_flight.value = 0;
     h->idle_slots.value = 0;
   }
-  for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
+  for (unsigned s = t; s < num_groups * max_slots; s += blockDim.x) {
     slot_word_of(*h, s / max_slots, s % max_slots) = empty_slot;
   }
   for (unsigned s = t; s < max_slots; s += blockDim.x) {
@@ -119,16 +119,24 @@ __global__ void stats_kernel(heap_header* h, scan_totals* totals) {
     std::uint64_t const end = min(h->frontier[a], h->arenas[a].slabs);
     for (std::size_t s = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; s < end; s += stride) {
       slab_meta const& m = h->arenas[a].meta[s];
-      unsigned cls = 0;
-      std::uint64_t blocks = 0;
-      if (!slab_usage(*h, make_slab_id(a, static_cast<std::uint32_t>(s)), m, cls, blocks)) {
+      unsigned g = 0;
+      std::uint64_t small = 0;
+      std::uint64_t large = 0;
+      if (!slab_usage(*h, make_slab_id(a, static_cast<std::uint32_t>(s)), m, g, small, large)) {
         continue;
       }
-      if (cls < num_classes) {
-        atomicAdd(&totals->blocks[cls], blocks);
-        atomicAdd(&totals->slabs[cls], 1ull);
-      } else if (blocks != 0) {
-        atomicAdd(&totals->large_blocks, blocks);
+      if (g < num_groups) {
+        // A slab counts for each class it holds blocks of (for its small class when none).
+        atomicAdd(&totals->blocks[2 * g], small);
+        atomicAdd(&totals->blocks[2 * g + 1], large);
+        if (small != 0 || large == 0) {
+          atomicAdd(&totals->slabs[2 * g], 1ull);
+        }
+        if (large != 0) {
+          atomicAdd(&totals->slabs[2 * g + 1], 1ull);
+        }
+      } else if (small != 0) {
+        atomicAdd(&totals->large_blocks, small);
         atomicAdd(&totals->large_slabs, static_cast<unsigned long long>(m.length));
       }
     }
@@ -195,13 +203,13 @@ void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   return p;
 }
 
-void host_deallocate(heap_header* h, void const* p) {
+void host_deallocate(heap_header* h, void const* p, std::size_t size) {
   DEVMR_FUNC_RANGE();
   if (p == nullptr) {
     return;
   }
   ::devmr::detail::device_guard const guard{device_of(h)};
-  free_kernel<<<1, 1, 0, cudaStreamPerThread>>>(h, p);
+  free_kernel<<<1, 1, 0, cudaStreamPerThread>>>(h, p, size);
   DEVMR_CUDA_TRY(cudaPeekAtLastError());
   DEVMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
 }
@@ -341,15 +349,16 @@ void slab_heap<Kind>::reset(cuda::stream_ref stream) {
 
 template <memory_kind Kind>
 void slab_heap<Kind>::deallocate_async(void const* p,
-                                       std::size_t,
-                                       std::size_t,
+                                       std::size_t bytes,
+                                       std::size_t alignment,
                                        cuda::stream_ref stream) {
   DEVMR_FUNC_RANGE();
   if (p == nullptr) {
     return;
   }
   detail::device_guard const guard{device_};
-  hp::free_kernel<<<1, 1, 0, stream.get()>>>(header_, p);
+  std::size_t const size = bytes == 0 ? 0 : std::max(bytes, alignment);
+  hp::free_kernel<<<1, 1, 0, stream.get()>>>(header_, p, size);
   DEVMR_CUDA_TRY(cudaPeekAtLastError());
 }
 

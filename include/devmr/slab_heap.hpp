@@ -33,7 +33,8 @@ struct heap_stats {
   struct size_class {
     std::size_t block_bytes = 0;    ///< the class's block size
     std::size_t blocks_in_use = 0;  ///< blocks allocated and not freed
-    std::size_t slabs = 0;          ///< slabs of the class not yet emptied (emptied ones are free)
+    std::size_t slabs = 0;  ///< slabs holding blocks of the class, not yet emptied (a slab holds
+                            ///< blocks of two neighbouring classes and counts for each)
   };
   std::size_t bytes_in_use = 0;   ///< bytes of the blocks in use (block sizes, large runs whole)
   std::size_t blocks_in_use = 0;  ///< blocks in use, small and large
@@ -53,20 +54,22 @@ struct heap_stats {
  * @brief The owning host object of a lock-free slab heap that kernels allocate from.
  *
  * The heap takes arenas from `upstream` (which must outlive it) and hands kernels a `slab_ref`.
- * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
- * larger blocks are runs of whole slabs. Slabs are formatted lazily, so construction does not
- * depend on the heap's size; only the slots of the SMs' current slabs get one up front
- * (construction, `grow` and `reset` launch one block of threads for it), so that the first
- * allocations on an SM do not all wait for it to install one. Those slabs stay within half of the
- * heap: from 4 GiB every SM has a slot, and from 5 GiB every slot a slab of every class (on the
- * H200's 132 SMs); smaller heaps have fewer slots than SMs, which then share them (one per 16
- * slabs of the heap: 2 GiB 128 slots, 1 GiB 64), and only their smallest classes get a slab up
- * front. A slot gives its slab back when memory runs short while none of its blocks is live. A
- * slab hands each of its blocks out once and returns to circulation when all its blocks are freed,
- * so a long-lived block keeps its slab from being reused. Free runs of slabs are split for shorter
- * requests; free slabs merge into a longer run when a large block needs one (a slower search,
- * taken only when no free run is long enough). Runs never span two arenas, and the slabs that
- * slots hold as current ones (partly handed out) split the free space around them.
+ * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs, each shared by two
+ * neighbouring size classes (16 and 32 B, 64 and 128 B, ... 256 and 512 KiB): the smaller blocks
+ * from the slab's start, the larger from its end. Larger blocks are runs of whole slabs. Slabs
+ * are formatted lazily, so construction does not depend on the heap's size; only the slots of
+ * the SMs' current slabs get one up front (construction, `grow` and `reset` launch one block of
+ * threads for it), so that the first allocations on an SM do not all wait for it to install one.
+ * Those slabs stay within half of the heap: from 2 GiB every SM has a slot, and from 3 GiB every
+ * slot a slab of every pair of classes (on the H200's 132 SMs); smaller heaps have fewer slots
+ * than SMs, which then share them (one per 8 slabs of the heap: 1 GiB 128 slots, 512 MiB 64),
+ * and only their smallest classes get a slab up front. A slot gives its slab back when memory runs
+ * short while none of its blocks is live. A slab hands each of its blocks out once and returns to
+ * circulation when all its blocks are freed, so a long-lived block keeps its slab from being
+ * reused. Free runs of slabs are split for shorter requests; free slabs merge into a longer run
+ * when a large block needs one (a slower search, taken only when no free run is long enough). Runs
+ * never span two arenas, and the slabs that slots hold as current ones (partly handed out) split
+ * the free space around them.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still
@@ -108,14 +111,15 @@ class slab_heap {
   /// before become invalid.
   void reset(cuda::stream_ref stream = cuda::stream_ref{cudaStream_t{}});
 
-  /// @brief Frees a block (allocated by a kernel or the host) in stream order.
+  /// @brief Frees a block (allocated by a kernel or the host) in stream order. `bytes` and
+  /// `alignment` as for slab_ref::deallocate.
   void deallocate_async(void const* p,
                         std::size_t bytes,
                         std::size_t alignment,
                         cuda::stream_ref stream);
 
   /// @brief Frees every non-null pointer of `blocks`, an array in device-accessible memory, in
-  /// stream order.
+  /// stream order. With no sizes, each block's class is found from its slab.
   void deallocate_bulk(cuda::std::span<void* const> blocks, cuda::stream_ref stream);
 
   /// @brief Scans the heap on `stream` and waits for the result.

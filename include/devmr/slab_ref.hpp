@@ -17,7 +17,7 @@ class slab_heap;
 namespace detail::heap {
 // The host side of a slab_ref: stream-ordered launches and a wait (device/slab_heap.cu).
 void* host_allocate(heap_header* h, std::size_t bytes, std::size_t alignment);
-void host_deallocate(heap_header* h, void const* p);
+void host_deallocate(heap_header* h, void const* p, std::size_t size);
 bool host_owns(heap_header const* h, void const* p) noexcept;
 }  // namespace detail::heap
 
@@ -66,7 +66,8 @@ concept thread_group = !detail::multi_block_group<Group> && detail::synchronizin
  * while the heap lives (40 bytes in all); every copy stays valid across `grow` and `reset`.
  *
  * In device code `allocate` and `deallocate` run lock-free from any number of threads at once:
- * a warp's requests of one size class share one atomic, and so do its frees of one slab. A
+ * a warp's requests of two neighbouring size classes share one atomic, and so do its frees of
+ * one slab (a slab holds blocks of two neighbouring classes). A
  * request that cannot be served returns `nullptr` and is counted (slab_heap::stats); so is an
  * alignment that is not a power of two or is above 1 MiB. `allocate(0)` returns `nullptr` and is
  * no failure; `deallocate(nullptr, ...)` does nothing. Every block is aligned to at least 16
@@ -98,7 +99,11 @@ class slab_ref {
   DEVMR_HOST_DEVICE void* allocate(std::size_t bytes,
                                    std::size_t alignment = default_alignment) const;
 
-  /// @brief Frees a block of this heap. `bytes` and `alignment` are those of the allocation.
+  /// @brief Frees a block of this heap. `bytes` and `alignment` are those of the allocation
+  /// (as every cuda::mr resource requires): they say the block's size class. A heap made with
+  /// heap_options::checked finds the class itself and counts frees of blocks not out; an
+  /// unchecked heap trusts them, as it trusts that no block is freed twice. `bytes` 0: the class
+  /// is found from the block's slab (slower).
   DEVMR_HOST_DEVICE void deallocate(void const* p,
                                     std::size_t bytes,
                                     std::size_t alignment = default_alignment) const;

@@ -68,11 +68,12 @@ class host_heap {
     for (std::uint32_t a = 0; a < header_->arena_count; ++a) {
       auto const& arena = header_->arenas[a];
       for (std::uint64_t s = 0; s < header_->frontier[a] && s < arena.slabs; ++s) {
-        unsigned cls;
-        std::uint64_t blocks;
-        if (slab_usage(*header_, make_slab_id(a, static_cast<std::uint32_t>(s)), arena.meta[s], cls,
-                       blocks)) {
-          total += blocks;
+        unsigned g;
+        std::uint64_t small;
+        std::uint64_t large;
+        if (slab_usage(*header_, make_slab_id(a, static_cast<std::uint32_t>(s)), arena.meta[s], g,
+                       small, large)) {
+          total += small + large;
         }
       }
     }
@@ -158,44 +159,72 @@ bool tags_intact(live_block const& b) {
   return *b.first == b.tag && *b.last == ~b.tag;
 }
 
+/// The slot word that claims of class `cls` add to in slot `slot` (their group's).
+std::uint64_t& class_slot(host_heap const& heap, unsigned cls, unsigned slot) {
+  return slot_word_of(heap.header(), group_of(cls), slot);
+}
+/// A slot word naming slab `id` with `count` blocks of class `cls` claimed (and none of the other
+/// class of its group).
+std::uint64_t class_slot_value(std::uint32_t id, unsigned cls, std::uint32_t count) {
+  return is_large_class(cls) ? make_slot(id, 0, count) : make_slot(id, count, 0);
+}
+/// The blocks of class `cls` that slot word `w` counts.
+std::uint32_t class_count(std::uint64_t w, unsigned cls) {
+  return is_large_class(cls) ? large_count(w) : small_count(w);
+}
+
 }  // namespace
 
-TEST_CASE("size classes cover 16 B to half a slab", "[heap][core]") {
+TEST_CASE("size classes cover 16 B to half a slab, two to a group", "[heap][core]") {
   STATIC_REQUIRE(class_bytes(0) == 16);
   STATIC_REQUIRE(class_bytes(num_classes - 1) == max_small_bytes);
   STATIC_REQUIRE(class_capacity(0) * 16 == slab_bytes);
   STATIC_REQUIRE(class_capacity(num_classes - 1) == 2);
+  for (unsigned cls = 0; cls < num_classes; ++cls) {
+    CHECK(group_units(group_of(cls)) == class_capacity(cls) << (is_large_class(cls) ? 1 : 0));
+    CHECK(class_of_size(class_bytes(cls)) == cls);
+    CHECK(class_of_size(class_bytes(cls) / 2 + 1) == (cls == 0 ? 0 : cls));
+    CHECK(is_large_size(class_bytes(cls)) == is_large_class(cls));
+  }
+  CHECK(class_of_size(1) == 0);
+  CHECK(!is_large_size(max_small_bytes + 1));  // large runs count as one unit
+  // A slot word's counts hold every unit of a slab and every warp of the largest GPUs past it.
+  STATIC_REQUIRE(group_units(0) + 132 * 64 * 32 <= slot_count_mask);
+  STATIC_REQUIRE(small_count(make_slot(7, 5, 9)) == 5);
+  STATIC_REQUIRE(large_count(make_slot(7, 5, 9)) == 9);
+  STATIC_REQUIRE(unit_count(make_slot(7, 5, 9)) == 23);
+  STATIC_REQUIRE(slot_id(make_slot(installing_first, 5, 9)) == installing_first);
   CHECK(ceil_log2(1) == 0);
   CHECK(ceil_log2(17) == 5);
   CHECK(floor_log2(17) == 4);
   CHECK(floor_log2(std::uint64_t{1} << 40) == 40);
 }
 
-TEST_CASE("every slot of every class fits in the heap, one slot per SM from 4 GiB",
+TEST_CASE("every slot of every group fits in the heap, one slot per SM from 2 GiB",
           "[heap][core]") {
   for (std::uint64_t slabs = 1; slabs <= (std::uint64_t{1} << 17); ++slabs) {
     std::uint64_t const slots = std::uint64_t{slot_mask_for(slabs)} + 1;
     REQUIRE((slots & (slots - 1)) == 0);  // SMs map to slots by a mask
     REQUIRE(slots <= max_slots);
-    if (slabs < num_classes) {
-      REQUIRE(slots == 1);  // a heap of one slab still has a slot per class
+    if (slabs < num_groups) {
+      REQUIRE(slots == 1);  // a heap of one slab still has a slot per group
     } else {
-      REQUIRE(slots * num_classes <= slabs);  // a slab in every slot of every class fits
+      REQUIRE(slots * num_groups <= slabs);  // a slab in every slot of every group fits
     }
-    if (slabs >= 4096) {  // 4 GiB: as many slots as the largest GPUs' SMs
+    if (slabs >= 2048) {  // 2 GiB: as many slots as the largest GPUs' SMs
       REQUIRE(slots == max_slots);
-    } else if (slabs >= num_classes) {
-      REQUIRE(slots * 2 * num_classes > slabs);  // no fewer than the bound allows
+    } else if (slabs >= num_groups) {
+      REQUIRE(slots * 2 * num_groups > slabs);  // no fewer than the bound allows
     }
   }
 }
 
-TEST_CASE("priming fills every slot of the smallest classes within half of the heap",
+TEST_CASE("priming fills every slot of the smallest groups within half of the heap",
           "[heap][core]") {
   for (std::uint64_t slabs : {1, 20, 31, 32, 33, 64, 100, 128, 300, 1000, 2048}) {
     host_heap heap{{slabs}, false};
     auto core = heap.core();
-    std::uint64_t const all = std::uint64_t{num_classes} * core.slots_in_use();
+    std::uint64_t const all = std::uint64_t{num_groups} * core.slots_in_use();
     std::uint32_t const primed = core.prime_count();
     CHECK(primed <= slabs / 2);
     CHECK(primed == std::min(all, slabs / 2));  // no fewer than half of the heap allows
@@ -208,17 +237,76 @@ TEST_CASE("priming fills every slot of the smallest classes within half of the h
 TEST_CASE("a claim hands out consecutive aligned blocks of one slab", "[heap][core]") {
   host_heap heap{{20}, false};
   auto core = heap.core();
+  std::vector<std::pair<std::byte*, std::size_t>> blocks;
   for (unsigned cls = 0; cls < num_classes; ++cls) {
-    claim_result const got = core.claim(cls, 0, 3, 0);
-    // A claim that installs a slab takes all its blocks but one at most (see the next test).
-    REQUIRE(got.count == (class_capacity(cls) <= 3 ? class_capacity(cls) - 1 : 3));
-    CHECK(reinterpret_cast<std::uintptr_t>(got.first) % block_size(cls) == 0);
-    std::uint32_t id = 0;
-    std::size_t offset = 0;
-    REQUIRE(core.locate(got.first, id, offset));
-    CHECK(offset + got.count * block_size(cls) <= slab_bytes);
+    std::uint32_t served = 0;
+    while (served < 3) {
+      claim_result const got = core.claim(cls, 0, 3 - served, 0);
+      REQUIRE(got.count != 0);
+      CHECK(reinterpret_cast<std::uintptr_t>(got.first) % block_size(cls) == 0);
+      std::uint32_t id = 0;
+      std::size_t offset = 0;
+      REQUIRE(core.locate(got.first, id, offset));
+      CHECK(offset + got.count * block_size(cls) <= slab_bytes);
+      for (std::uint32_t i = 0; i < got.count; ++i) {
+        blocks.emplace_back(got.first + i * block_size(cls), block_size(cls));
+      }
+      served += got.count;
+    }
   }
-  CHECK(heap.blocks_in_use() == 3 * (num_classes - 1) + 1);
+  // The two classes of a group share slabs, and no two blocks overlap.
+  std::sort(blocks.begin(), blocks.end());
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    CHECK(blocks[i - 1].first + blocks[i - 1].second <= blocks[i].first);
+  }
+  CHECK(heap.blocks_in_use() == 3 * num_classes);
+  CHECK(heap.header().frontier[0] < 2 * num_groups);
+}
+
+TEST_CASE("one claim serves both classes of a group from the two ends of one slab",
+          "[heap][core]") {
+  host_heap heap{{4}, false};
+  auto core = heap.core();
+  unsigned const g = 6;  // 64 KiB and 128 KiB blocks: 16 units a slab
+  pair_claim const first = core.claim_pair(g, 0, 3, 2, 0, core.arena(0));
+  REQUIRE(first.small_count == 3);
+  REQUIRE(first.large_count == 2);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(first.small, id, offset));
+  CHECK(offset == 0);
+  REQUIRE(core.locate(first.large, id, offset));
+  CHECK(offset == slab_bytes - 2 * (128u << 10));
+  CHECK(slot_word_of(heap.header(), g, 0) == make_slot(id, 3, 2));
+  // 16 units: 3 + 2 * 2 = 7 out; a claim of 3 small and 4 large finds 9 left: it takes its 3
+  // small blocks and 3 large ones (the fronts meet), records what the slab handed out, and
+  // installs the next slab for its last large block.
+  pair_claim const second = core.claim_pair(g, 0, 3, 4, 0, core.arena(0));
+  CHECK(second.small_count == 3);
+  CHECK(second.large_count == 3);
+  std::uint32_t second_id = 0;
+  REQUIRE(core.locate(second.small, second_id, offset));
+  CHECK(second_id == id);
+  CHECK(offset == 3 * (64u << 10));
+  REQUIRE(core.locate(second.large, second_id, offset));
+  CHECK(offset == slab_bytes - 5 * (128u << 10));
+  CHECK(heap.header().arenas[0].meta[index_of(id)].state == make_state(g, make_fronts(6, 5)));
+  std::uint64_t const next = slot_word_of(heap.header(), g, 0);
+  CHECK(slot_id(next) != id);
+  CHECK(unit_count(next) == 0);
+  CHECK(heap.blocks_in_use() == 11);
+  // The claims' blocks: sizeless frees find their class from the recorded fronts, sized ones
+  // from the size.
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    core.free_one(first.small + i * (64u << 10), 0);
+    core.free_one(second.small + i * (64u << 10), 0, 64u << 10);
+    core.free_one(second.large + i * (128u << 10), 0);
+  }
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    core.free_one(first.large + i * (128u << 10), 0, 128u << 10);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().arenas[0].empty_bits[0] == std::uint64_t{1} << index_of(id));
 }
 
 TEST_CASE("a claim for more blocks than a slab holds leaves its slot a slab with blocks left",
@@ -226,7 +314,7 @@ TEST_CASE("a claim for more blocks than a slab holds leaves its slot a slab with
   host_heap heap{{8}, false};
   auto core = heap.core();
   unsigned const cls = num_classes - 1;  // 512 KiB blocks, 2 per slab
-  std::uint64_t const& slot = slot_word_of(heap.header(), cls, 0);
+  std::uint64_t const& slot = class_slot(heap, cls, 0);
   std::vector<void*> blocks;
   for (unsigned served = 0; served < 5;) {
     claim_result const got = core.claim(cls, 0, 5 - served, 0);
@@ -239,7 +327,7 @@ TEST_CASE("a claim for more blocks than a slab holds leaves its slot a slab with
     // from at once; none leaves a used-up slab in the slot, where its own next claim would wait
     // for an installer that never comes.
     REQUIRE(is_slab(slot_id(slot)));
-    CHECK(slot_count(slot) < class_capacity(cls));
+    CHECK(class_count(slot, cls) < class_capacity(cls));
   }
   std::sort(blocks.begin(), blocks.end());
   CHECK(std::adjacent_find(blocks.begin(), blocks.end()) == blocks.end());
@@ -255,9 +343,9 @@ TEST_CASE(
     "[heap][core]") {
   host_heap heap{{8}, false};
   auto core = heap.core();
-  unsigned const cls = num_classes - 3;  // 32 KiB blocks, 8 per slab
+  unsigned const cls = num_classes - 3;  // 128 KiB blocks, 8 per slab
   std::uint32_t const capacity = class_capacity(cls);
-  std::uint64_t const& slot = slot_word_of(heap.header(), cls, 0);
+  std::uint64_t const& slot = class_slot(heap, cls, 0);
   std::vector<void*> blocks;
   auto take = [&](std::uint32_t want) {
     claim_result const got = core.claim(cls, 0, want, 0);
@@ -269,12 +357,12 @@ TEST_CASE(
   take(3);             // the vacant slot's first claim installs a slab
   take(capacity - 3);  // its last blocks, all this claim wants: nothing more is installed
   std::uint32_t const used_up = slot_id(slot);
-  CHECK(slot == make_slot(used_up, capacity));
+  CHECK(slot == class_slot_value(used_up, cls, capacity));
   CHECK(heap.header().frontier[0] == 1);
   CHECK(heap.blocks_in_use() == capacity);
   take(2);  // finds the count at the capacity: installs the next slab, its blocks the first two
   CHECK(heap.header().frontier[0] == 2);
-  CHECK(slot == make_slot(slot_id(slot), 2));
+  CHECK(slot == class_slot_value(slot_id(slot), cls, 2));
   CHECK(slot_id(slot) != used_up);
   // Used up again by a claim that wants no more: the next claim installs, the one after it
   // claims from the new slab.
@@ -282,7 +370,7 @@ TEST_CASE(
   take(1);
   take(1);
   CHECK(heap.header().frontier[0] == 3);
-  CHECK(slot == make_slot(slot_id(slot), 2));
+  CHECK(slot == class_slot_value(slot_id(slot), cls, 2));
   std::sort(blocks.begin(), blocks.end());
   CHECK(std::adjacent_find(blocks.begin(), blocks.end()) == blocks.end());
   CHECK(heap.blocks_in_use() == 2 * capacity + 2);
@@ -296,7 +384,7 @@ TEST_CASE("an exhausted slab is replaced and recycled once all its blocks are fr
           "[heap][core]") {
   host_heap heap{{2}, false};  // no fresh slab left once both are handed out
   auto core = heap.core();
-  unsigned const cls = num_classes - 3;  // 32 KiB blocks, 8 per slab
+  unsigned const cls = num_classes - 3;  // 128 KiB blocks, 8 per slab
   std::vector<void*> blocks;
   for (int i = 0; i < 12; ++i) {
     claim_result const got = core.claim(cls, 0, 1, 0);
@@ -435,9 +523,9 @@ TEST_CASE(
   auto core = heap.core();
   std::uint32_t const first = core.take_fresh_slabs(4);
   REQUIRE(first != no_slab);
-  for (unsigned cls = 0; cls < 4; ++cls) {
-    core.prime(cls, 0, first + cls, 0);
-    CHECK(slot_word_of(heap.header(), cls, 0) == make_slot(first + cls, 0));
+  for (unsigned g = 0; g < 4; ++g) {
+    core.prime(g, 0, first + g, 0);
+    CHECK(slot_word_of(heap.header(), g, 0) == make_slot(first + g, 0));
   }
   CHECK(heap.header().idle_slots.value != 0);
   CHECK(heap.header().frontier[0] == 4);
@@ -454,7 +542,7 @@ TEST_CASE(
   CHECK(offset == 0);
   CHECK(heap.header().frontier[0] == 5);
   // 4 KiB blocks until none is left: every slab but the one with live 16 B blocks serves them,
-  // the three primed for classes 1 to 3 included.
+  // the three primed for groups 1 to 3 included.
   unsigned constexpr big = 8;
   std::uint32_t const capacity = class_capacity(big);
   std::vector<claim_result> taken;
@@ -484,17 +572,17 @@ TEST_CASE(
 
 TEST_CASE("one-slab blocks and a new class's first claim take the slabs that idle slots hold",
           "[heap][core]") {
-  // Nine classes claim a block each, so that their slot holds every slab of the heap; once the
-  // blocks are freed, nothing is live, but each slab is still its class's current one.
-  host_heap heap{{9}, false};
+  // Seven groups claim a block each, so that their slot holds every slab of the heap; once the
+  // blocks are freed, nothing is live, but each slab is still its group's current one.
+  host_heap heap{{7}, false};
   auto core = heap.core();
   std::vector<claim_result> blocks;
-  for (unsigned cls = 0; cls < 9; ++cls) {
-    blocks.push_back(core.claim(cls, 0, 1, 0));
+  for (unsigned g = 0; g < 7; ++g) {
+    blocks.push_back(core.claim(2 * g + g % 2, 0, 1, 0));  // small or large: either holds it
     REQUIRE(blocks.back().count == 1);
   }
   CHECK(core.allocate_large(slab_bytes, 0) == nullptr);  // every slab holds a live block
-  CHECK(core.claim(9, 0, 1, 0).count == 0);
+  CHECK(core.claim(14, 0, 1, 0).count == 0);
   for (claim_result const& got : blocks) {
     core.free_one(got.first, 0);
   }
@@ -503,36 +591,36 @@ TEST_CASE("one-slab blocks and a new class's first claim take the slabs that idl
   void* run = core.allocate_large(slab_bytes, 0);
   CHECK(run != nullptr);
   // ...and so does the first claim of a class no slot has a slab for (the slots gave theirs up).
-  claim_result const first = core.claim(9, 0, 4, 0);
-  CHECK(first.count == 4);
+  claim_result const first = core.claim(14, 0, 2, 0);
+  CHECK(first.count == 2);
   core.free_one(run, 0);
   for (std::uint32_t i = 0; i < first.count; ++i) {
-    core.free_one(first.first + i * class_bytes(9), 0);
+    core.free_one(first.first + i * class_bytes(14), 0);
   }
   CHECK(heap.blocks_in_use() == 0);
   CHECK(heap.header().counters.failed_allocations == 0);
 }
 
 TEST_CASE("a large block gathers the slabs primed for the slots, used or not", "[heap][core]") {
-  host_heap heap{{20}, false};
+  host_heap heap{{15}, false};
   auto core = heap.core();
   REQUIRE(core.slots_in_use() == 1);
-  std::uint32_t const first = core.take_fresh_slabs(num_classes);
+  std::uint32_t const first = core.take_fresh_slabs(num_groups);
   REQUIRE(first != no_slab);
-  for (unsigned cls = 0; cls < num_classes; ++cls) {
-    core.prime(cls, 0, first + cls, 0);
+  for (unsigned g = 0; g < num_groups; ++g) {
+    core.prime(g, 0, first + g, 0);
   }
-  // One class served a claim and had it freed: its slab is closed the long way, the fifteen
+  // One group served a claim and had it freed: its slab is closed the long way, the seven
   // others, which no claim touched, are marked together.
   claim_result const got = core.claim(3, 0, 5, 0);
   REQUIRE(got.count == 5);
   for (std::uint32_t i = 0; i < 5; ++i) {
     core.free_one(got.first + i * class_bytes(3), 0);
   }
-  void* whole = core.allocate_large(20 * slab_bytes, 0);
+  void* whole = core.allocate_large(15 * slab_bytes, 0);
   REQUIRE(whole != nullptr);
-  for (unsigned cls = 0; cls < num_classes; ++cls) {
-    CHECK(!is_slab(slot_id(slot_word_of(heap.header(), cls, 0))));
+  for (unsigned g = 0; g < num_groups; ++g) {
+    CHECK(!is_slab(slot_id(slot_word_of(heap.header(), g, 0))));
   }
   CHECK(heap.blocks_in_use() == 1);  // the large block, counted once
   core.free_one(whole, 0);
@@ -683,7 +771,7 @@ TEST_CASE("checked heaps reject frees into slabs not handed out since a reset", 
   REQUIRE(heap.header().frontier[0] == 1);
   std::uint32_t const stale = make_slab_id(0, 2);
   slab_meta& m = heap.header().arenas[0].meta[2];
-  m.state = make_state(2, 5);
+  m.state = make_state(group_of(2), make_fronts(5, 0));
   m.remaining = 1;  // the free would empty it, were it trusted
   core.check_bits(stale)[0] = 1;
   core.free_one(core.data(stale), 0);
@@ -715,8 +803,9 @@ void churn(host_heap& heap,
     if (!tags_intact(block) || !granules.give(block.first)) {
       ++errors;
     }
-    // Freed "on another SM": recycled slabs land wherever the free happened.
-    core.free_one(block.first, random() % 256);
+    // Freed "on another SM": recycled slabs land wherever the free happened; with its size, as
+    // slab_ref frees, or without, as bulk frees do.
+    core.free_one(block.first, random() % 256, random() % 2 == 0 ? bytes : 0);
     live[i] = live.back();
     live.pop_back();
   };
@@ -738,6 +827,32 @@ void churn(host_heap& heap,
         }
         live.emplace_back(tag_block(p, bytes, ++tag), bytes);
         ++handed_out;
+      }
+      continue;
+    }
+    if (random() % 2 == 0) {
+      // Both classes of a group at once, as a warp of mixed sizes claims them (16 B .. 8 KiB).
+      unsigned const g = random() % 5;
+      std::uint32_t small = random() % 17;
+      std::uint32_t large = small == 0 ? 1 + random() % 16 : random() % 17;
+      std::size_t const unit = std::size_t{1} << unit_shift(g);
+      while (small + large > 0) {
+        pair_claim const got = core.claim_pair(g, slot, small, large, thread, core.arena(0));
+        if (got.small_count + got.large_count == 0) {
+          break;
+        }
+        for (std::uint32_t i = 0; i < got.small_count + got.large_count; ++i) {
+          bool const is_large = i >= got.small_count;
+          std::size_t const bytes = is_large ? 2 * unit : unit;
+          void* p = is_large ? got.large + (i - got.small_count) * bytes : got.small + i * bytes;
+          if (!granules.take(p)) {
+            ++errors;
+          }
+          live.emplace_back(tag_block(p, bytes, ++tag), bytes);
+        }
+        handed_out += got.small_count + got.large_count;
+        small -= got.small_count;
+        large -= got.large_count;
       }
       continue;
     }
@@ -812,41 +927,41 @@ TEST_CASE("many threads churning blocks never share one, and every block comes b
   }
   // ...and, slab by slab, every slab of the heap is free (none is stuck in a slot or lost).
   std::uint64_t held_by_slots = 0;
-  for (unsigned cls = 0; cls < num_classes; ++cls) {
+  for (unsigned g = 0; g < num_groups; ++g) {
     for (unsigned slot = 0; slot < max_slots; ++slot) {
-      held_by_slots += is_slab(slot_id(slot_word_of(heap.header(), cls, slot))) ? 1 : 0;
+      held_by_slots += is_slab(slot_id(slot_word_of(heap.header(), g, slot))) ? 1 : 0;
     }
   }
-  CHECK(runs.size() + held_by_slots >= heap.total_slabs() - num_classes);
+  CHECK(runs.size() + held_by_slots >= heap.total_slabs() - num_groups);
   CHECK(runs.size() + held_by_slots <= heap.total_slabs());
 }
 
-TEST_CASE("threads churning a primed heap take other classes' unused slabs, never a block twice",
+TEST_CASE("threads churning a primed heap take other groups' unused slabs, never a block twice",
           "[heap][core][threads]") {
-  // A heap of 24 slabs with 16 of them primed: the threads run out of fresh slabs at once, and
-  // their installs take the slabs primed for the classes they do not use (9 and up), racing with
+  // A heap of 12 slabs with 8 of them primed: the threads run out of fresh slabs at once, and
+  // their installs take the slabs primed for the groups they do not use (5 and up), racing with
   // each other and with the claims of the slot.
-  host_heap heap{{24}, false};
+  host_heap heap{{12}, false};
   auto core = heap.core();
   std::uint32_t const slots = core.slots_in_use();
-  std::uint32_t const first = core.take_fresh_slabs(num_classes * slots);
+  std::uint32_t const first = core.take_fresh_slabs(num_groups * slots);
   REQUIRE(first != no_slab);
-  for (std::uint32_t i = 0; i < num_classes * slots; ++i) {
+  for (std::uint32_t i = 0; i < num_groups * slots; ++i) {
     core.prime(i / slots, i % slots, first + i, i % slots);
   }
   auto const [errors, handed_out] = run_churn(heap, 200000, 1024, 2);
   CHECK(errors == 0);
   CHECK(heap.blocks_in_use() == 0);
   CHECK(heap.header().counters.invalid_frees == 0);
-  CHECK(handed_out > 24 * std::uint64_t{class_capacity(8)});
+  CHECK(handed_out > 12 * std::uint64_t{class_capacity(8)});
   // What the churn left primed goes to the last class that asks.
   std::vector<claim_result> taken;
   for (claim_result got = core.claim(8, 0, 32, 0); got.count != 0; got = core.claim(8, 0, 32, 0)) {
     taken.push_back(got);
   }
-  for (unsigned cls = 9; cls < num_classes; ++cls) {
+  for (unsigned g = 5; g < num_groups; ++g) {
     for (std::uint32_t slot = 0; slot < slots; ++slot) {
-      CHECK(!is_slab(slot_id(slot_word_of(heap.header(), cls, slot))));
+      CHECK(!is_slab(slot_id(slot_word_of(heap.header(), g, slot))));
     }
   }
   CHECK(heap.header().idle_slots.value == 0);
@@ -856,7 +971,7 @@ TEST_CASE("threads churning a primed heap take other classes' unused slabs, neve
     }
   }
   CHECK(heap.blocks_in_use() == 0);
-  CHECK(core.allocate_large(24 * slab_bytes, 0) != nullptr);  // every slab came back
+  CHECK(core.allocate_large(12 * slab_bytes, 0) != nullptr);  // every slab came back
 }
 
 TEST_CASE("large blocks among small ones find runs gathered from emptied slabs and freed pieces",
@@ -876,15 +991,15 @@ TEST_CASE("large blocks among small ones find runs gathered from emptied slabs a
 
 namespace {
 
-/// Slot 0 of the class of 256 B blocks in a heap of `Slabs` slabs, for the tests that set the
-/// slot word by hand.
+/// Slot 0 of the group of 256 B blocks (its small class) in a heap of `Slabs` slabs, for the
+/// tests that set the slot word by hand.
 template <std::uint64_t Slabs>
 struct one_slot {
   static constexpr unsigned cls = 4;  // 256 B blocks
   host_heap heap{{Slabs}, false};
   heap_core core = heap.core();
   std::uint32_t const capacity = class_capacity(cls);
-  std::uint64_t& slot = slot_word_of(heap.header(), cls, 0);
+  std::uint64_t& slot = class_slot(heap, cls, 0);
 };
 
 }  // namespace
@@ -894,11 +1009,11 @@ TEST_CASE_METHOD(one_slot<4>,
                  "[heap][core]") {
   // The first claim on the empty slot found it vacant, so it installs, and it stalls there
   // (descheduled, never back).
-  slot = make_slot(no_slab, 1);
+  slot = make_slot(empty_id, 1);
   claim_result const got = core.claim(cls, 0, 3, 0);  // waits a little, then installs itself
   REQUIRE(got.count == 3);
   CHECK(is_slab(slot_id(slot)));
-  CHECK(slot_count(slot) == 3);
+  CHECK(small_count(slot) == 3);
   std::uint32_t id = 0;
   std::size_t offset = 0;
   REQUIRE(core.locate(got.first, id, offset));
@@ -909,7 +1024,8 @@ TEST_CASE_METHOD(one_slot<4>,
   // wait, then one takes over. (Had it wanted no more, the next claim would install at once.)
   std::uint64_t const last = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(capacity - 3 + 1);
   REQUIRE(last == make_slot(id, 3));
-  REQUIRE(slot_count(slot) == capacity + 1);
+  REQUIRE(small_count(slot) == capacity + 1);
+  core.end_claims(id, group_of(cls), make_fronts(capacity, 0), 0);  // as its claim does first
   claim_result const next = core.claim(cls, 0, 2, 0);
   REQUIRE(next.count == 2);
   std::uint32_t next_id = 0;
@@ -970,10 +1086,10 @@ TEST_CASE_METHOD(one_slot<4>,
   REQUIRE(core.locate(got.first, taker, offset));
   // The stalled installer comes back and publishes its own slab over the taker's, which has
   // handed out 3 blocks: it is closed with that count, its other blocks given back.
-  claim_result const late = core.install(cls, 0, 1, 0, core.arena(0));
-  REQUIRE(late.count == 1);
+  pair_claim const late = core.install(group_of(cls), 0, 1, 0, 0, core.arena(0));
+  REQUIRE(late.small_count == 1);
   std::uint32_t installer = 0;
-  REQUIRE(core.locate(late.first, installer, offset));
+  REQUIRE(core.locate(late.small, installer, offset));
   CHECK(installer != taker);
   CHECK(slot == make_slot(installer, 1));
   CHECK(heap.blocks_in_use() == 4);
@@ -983,22 +1099,21 @@ TEST_CASE_METHOD(one_slot<4>,
     core.free_one(got.first + i * class_bytes(cls), 0);
   }
   CHECK(empty == std::uint64_t{1} << index_of(taker));  // closed: its last free empties it
-  core.free_one(late.first, 0);
+  core.free_one(late.small, 0);
   CHECK(heap.blocks_in_use() == 0);
-  CHECK(slot_count(slot) < capacity);
+  CHECK(small_count(slot) < capacity);
 }
 
 TEST_CASE("installers that stall and waiters that take over never hand a block out twice",
           "[heap][core][threads]") {
-  // Many more threads than cores on one slot of a class with 8 blocks per slab: installers get
-  // descheduled, waiters give up (after 4 yields on the host) and take the installation over,
-  // and a stalled installer's late publication replaces, and closes, the slab of the one that
-  // took over.
+  // Many more threads than cores on one slot of a group with 16 units per slab (64 KiB and
+  // 128 KiB blocks, claimed alike): installers get descheduled, waiters give up (after 4 yields
+  // on the host) and take the installation over, and a stalled installer's late publication
+  // replaces, and closes, the slab of the one that took over.
   unsigned const threads = 16;
   host_heap heap{{48}, false};
   granule_table granules{heap};
   std::atomic<int> errors{0};
-  unsigned const cls = num_classes - 3;
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
@@ -1016,6 +1131,7 @@ TEST_CASE("installers that stall and waiters that take over never hand a block o
           live.pop_back();
           continue;
         }
+        unsigned const cls = num_classes - 4 + random() % 2;
         claim_result const got = core.claim(cls, t % 2, 1 + random() % 3, t);
         for (std::uint32_t i = 0; i < got.count; ++i) {
           void* p = got.first + i * class_bytes(cls);

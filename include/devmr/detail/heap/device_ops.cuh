@@ -1,8 +1,9 @@
 #pragma once
 
 // The device fast path of slab_ref: allocate and free from kernels, a warp at a time. Threads of a
-// warp that ask for the same size class share one claim (one atomic on the current slab of their
-// SM's slot); threads that free blocks of one slab share one subtraction.
+// warp that ask for blocks of one group (two neighbouring size classes) share one claim (one
+// atomic on the current slab of their SM's slot); threads that free blocks of one slab share one
+// subtraction.
 
 #include <devmr/detail/heap/heap_core.hpp>
 
@@ -42,6 +43,12 @@ __device__ __forceinline__ void release_fence() {
                     (cuda::atomic_thread_fence(release, cuda::thread_scope_device);))
 }
 
+/// `p` as lane `leader` of `peers` holds it, for each of them.
+__device__ __forceinline__ std::byte* broadcast(unsigned peers, std::byte* p, unsigned leader) {
+  return reinterpret_cast<std::byte*>(
+      __shfl_sync(peers, reinterpret_cast<unsigned long long>(p), leader));
+}
+
 /// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
 /// `arena0` and `checked`: arena 0's entry and the heap's flag, as the slab_ref carries them (a
 /// kernel's parameters: no load).
@@ -66,46 +73,60 @@ __device__ inline void* device_allocate(heap_header* h,
     }
     return p;
   }
-  unsigned const cls =
-      size <= (std::size_t{1} << min_block_shift) ? 0u : ceil_log2(size) - min_block_shift;
+  unsigned const cls = class_of_size(size);
   unsigned const shift = cls + min_block_shift;
+  bool const large = is_large_class(cls);
 
-  // The threads of this warp that want this class: one leader claims for all of them.
+  // The threads of this warp that want blocks of this group: one leader claims for all of them,
+  // for each of the group's two classes, with one atomic.
   unsigned const active = __activemask();
-  unsigned const peers = __match_any_sync(active, cls);
+  unsigned const peers = __match_any_sync(active, group_of(cls));
+  unsigned const larges = __ballot_sync(active, large) & peers;
   unsigned const lane = lane_id();
   unsigned const leader = __ffs(peers) - 1;
-  unsigned const rank = __popc(peers & ((1u << lane) - 1u));
-  unsigned const wanted = __popc(peers);
+  unsigned const rank = __popc((large ? larges : peers & ~larges) & lanes_below());
+  unsigned const want_small = __popc(peers & ~larges);
+  unsigned const want_large = __popc(larges);
   unsigned const sm = sm_id();
   unsigned const slot = sm & h->slot_mask;
 
   std::byte* mine = nullptr;
-  unsigned served = 0;
-  while (served < wanted) {  // uniform across peers: every value below is broadcast
-    std::byte* first = nullptr;
-    unsigned count = 0;
+  unsigned served_small = 0;
+  unsigned served_large = 0;
+  // Uniform across peers: every value below is broadcast.
+  while (served_small < want_small || served_large < want_large) {
+    pair_claim got{nullptr, nullptr, 0, 0};
     if (lane == leader) {
-      claim_result const got = core.claim(cls, slot, wanted - served, sm, arena0);
-      first = got.first;
-      count = got.count;
+      got = core.claim_pair(group_of(cls), slot, want_small - served_small,
+                            want_large - served_large, sm, arena0);
     }
-    count = __shfl_sync(peers, count, leader);
-    if (count == 0) {
+    unsigned const counts = __shfl_sync(peers, got.small_count | got.large_count << 16, leader);
+    if (counts == 0) {
       break;
     }
-    first = reinterpret_cast<std::byte*>(
-        __shfl_sync(peers, reinterpret_cast<unsigned long long>(first), leader));
+    // The first block of each class the peers want (one shuffle when they all want one class).
+    std::byte* first = nullptr;
+    if (larges != peers) {
+      first = broadcast(peers, got.small, leader);
+    }
+    if (larges != 0) {
+      std::byte* const from_end = broadcast(peers, got.large, leader);
+      first = large ? from_end : first;
+    }
+    unsigned const served = large ? served_large : served_small;
+    unsigned const count = large ? counts >> 16 : counts & 0xffffu;
     if (rank >= served && rank < served + count) {
       mine = first + (std::size_t{rank - served} << shift);
     }
-    served += count;
+    served_small += counts & 0xffffu;
+    served_large += counts >> 16;
   }
   // Memory ordering among the peers (shuffles give none): the leader's claims, acquires, happen
   // before every peer's use of its block.
   __syncwarp(peers);
-  if (served < wanted && lane == leader) {
-    atomic(h->counters.failed_allocations).fetch_add(wanted - served, relaxed);
+  unsigned const wanted = want_small + want_large;
+  if (served_small + served_large < wanted && lane == leader) {
+    atomic(h->counters.failed_allocations).fetch_add(wanted - served_small - served_large, relaxed);
   }
   if (mine != nullptr && checked) {
     std::uint32_t id = 0;
@@ -118,20 +139,32 @@ __device__ inline void* device_allocate(heap_header* h,
 
 /// The subtraction of device_deallocate: `peers`, the lanes of this warp freeing blocks of slab
 /// `id` (metadata `m`), give them back at once, by the first of them (no peer below it: one
-/// instruction after the match, where __ffs took three). `below`: lanes_below().
-__device__ __forceinline__ void give_back(
-    heap_core const& core, slab_meta& m, std::uint32_t id, unsigned peers, unsigned below) {
+/// instruction after the match, where __ffs took three). `larges`: the lanes freeing blocks of
+/// their group's large class; `below`: lanes_below().
+__device__ __forceinline__ void give_back(heap_core const& core,
+                                          slab_meta& m,
+                                          std::uint32_t id,
+                                          unsigned peers,
+                                          unsigned larges,
+                                          unsigned below) {
   if ((peers & below) == 0) {
-    core.free_blocks(m, id, __popc(peers), sm_id(), relaxed);
+    auto const large = static_cast<std::uint32_t>(__popc(peers & larges));
+    core.free_blocks(m, id, freed_blocks(__popc(peers) - large, large), sm_id(), relaxed);
   }
 }
 
 /// The subtraction of device_deallocate's slow path, once the slab of the caller's block is
 /// found: the lanes here group by slab. `callers`: the lanes that passed device_deallocate's
-/// barrier together; `below`: lanes_below().
-__device__ __forceinline__ void free_with_peers(
-    heap_core const& core, slab_meta& m, std::uint32_t id, unsigned callers, unsigned below) {
+/// barrier together; `large`: the caller's block is of its group's large class; `below`:
+/// lanes_below().
+__device__ __forceinline__ void free_with_peers(heap_core const& core,
+                                                slab_meta& m,
+                                                std::uint32_t id,
+                                                unsigned callers,
+                                                bool large,
+                                                unsigned below) {
   unsigned const peers = __match_any_sync(__activemask(), id);
+  unsigned const larges = __ballot_sync(peers, large);
   // Peers that did not pass the barrier together (the warp came together again in between,
   // which the hardware may do; every peer then sees it, as lanes that passed it together have
   // the same `callers`) meet at a barrier of their own, and fence again after it, so that the
@@ -140,15 +173,19 @@ __device__ __forceinline__ void free_with_peers(
     __syncwarp(peers);
     release_fence();
   }
-  give_back(core, m, id, peers, below);
+  give_back(core, m, id, peers, larges, below);
 }
 
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
-/// `first` and `checked` as for device_allocate.
+/// `size`: the larger of the size and the alignment it was allocated with, which says its class
+/// (an unchecked heap trusts it, as it trusts that a block is freed once; a checked heap reads
+/// the class from its bitmap); 0 when unknown (bulk frees: the class follows from the slab's
+/// fronts). `first` and `checked` as for device_allocate.
 __device__ inline void device_deallocate(heap_header* h,
                                          heap_core::arena_view const& first,
                                          bool checked,
-                                         void const* p) {
+                                         void const* p,
+                                         std::size_t size) {
   // The release of the frees. The warp barrier orders the last use of every calling lane's block
   // before the fence of each of them, so of the lane that will subtract for it; that fence and
   // the relaxed subtraction after it publish them to the search that acquires the slab's count.
@@ -161,8 +198,9 @@ __device__ inline void device_deallocate(heap_header* h,
   // Most blocks lie in arena 0, whose entry is at hand: on an unchecked heap their slab follows
   // from the offset alone (its id is its index there), with no loop over the arenas.
   std::uintptr_t off = 0;
-  bool const fast = !checked && first.holds(p, off);
+  bool const fast = !checked && size != 0 && first.holds(p, off);
   auto const index = static_cast<std::uint32_t>(off >> slab_shift);
+  bool large = is_large_size(size);
   // One match over all the callers, right after the fence, so that its peers all passed the
   // barrier together. Lanes of the fast path match on their slab's index; the others on a value
   // of their own that no index takes, and group with nobody here. (A match that only the fast
@@ -171,8 +209,9 @@ __device__ inline void device_deallocate(heap_header* h,
   static_assert(max_slabs_per_arena <= no_slab - 31);
   unsigned const peers =
       __match_any_sync(callers, fast ? index : no_slab - static_cast<unsigned>(__popc(below)));
+  unsigned const larges = __ballot_sync(callers, large);
   if (fast) {
-    give_back(core, first.meta[index], make_slab_id(0, index), peers, below);
+    give_back(core, first.meta[index], make_slab_id(0, index), peers, larges, below);
     return;
   }
   std::uint32_t id = 0;
@@ -183,10 +222,14 @@ __device__ inline void device_deallocate(heap_header* h,
     }
     return;
   }
-  if (checked && core.check_free(id, offset, sm_id()) != free_check::proceed) {
-    return;
+  if (checked) {
+    if (core.check_free(id, offset, sm_id(), large) != free_check::proceed) {
+      return;
+    }
+  } else if (size == 0) {
+    large = core.block_is_large(id, offset);
   }
-  free_with_peers(core, core.meta(id, first), id, callers, below);
+  free_with_peers(core, core.meta(id, first), id, callers, large, below);
 }
 
 /// Allocates from the heap at `h`, reading arena 0's entry and the checked flag from its header
@@ -197,9 +240,10 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
 }
 
 /// Frees `p` into the heap at `h`, reading arena 0's entry and the checked flag from its header.
-__device__ inline void device_deallocate(heap_header* h, void const* p) {
+/// `size` as for the other overload.
+__device__ inline void device_deallocate(heap_header* h, void const* p, std::size_t size) {
   heap_core const core{h};
-  device_deallocate(h, core.arena(0), core.checked(), p);
+  device_deallocate(h, core.arena(0), core.checked(), p, size);
 }
 
 /// True when `p` lies in one of the heap's arenas.

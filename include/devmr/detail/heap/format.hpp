@@ -11,15 +11,15 @@
 
 namespace devmr::detail::heap {
 
-/// Slots per class for a heap of `slabs` slabs: one per SM where the heap can give every slot of
-/// every class a slab (2 GiB and up cover the largest GPUs' SMs), fewer on smaller heaps, so that
+/// Slots per group for a heap of `slabs` slabs: one per SM where the heap can give every slot of
+/// every group a slab (2 GiB and up cover the largest GPUs' SMs), fewer on smaller heaps, so that
 /// the slots' current slabs never hold the whole heap. Fewer slots are slower: SMs that share one
 /// queue on its word and wait for each other's installs (at 2^16 threads, 4 KiB blocks on 4 GiB
 /// ran at 0.49x of the floor with 64 slots, 0.71x with one per SM; bench/RESULTS.md, tenth
 /// session). Priming fills at most half of the heap (heap_core::prime_count).
 inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
-  std::uint64_t const per_class = slabs / num_classes;
-  std::uint64_t const slots = per_class < 1 ? 1 : (per_class > max_slots ? max_slots : per_class);
+  std::uint64_t const per_group = slabs / num_groups;
+  std::uint64_t const slots = per_group < 1 ? 1 : (per_group > max_slots ? max_slots : per_group);
   return (std::uint32_t{1} << floor_log2(slots)) - 1;
 }
 
@@ -32,9 +32,9 @@ inline void initialize(heap_header& h, bool checked) {
   for (auto& head : h.free_slabs) {
     head.value = empty_stack;
   }
-  for (unsigned cls = 0; cls < num_classes; ++cls) {
+  for (unsigned g = 0; g < num_groups; ++g) {
     for (unsigned slot = 0; slot < max_slots; ++slot) {
-      slot_word_of(h, cls, slot) = empty_slot;
+      slot_word_of(h, g, slot) = empty_slot;
     }
   }
   h.checked = checked ? 1u : 0u;

@@ -63,9 +63,9 @@ inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
 /// result nobody waits for (the generic atomic of atomic_ref makes a gather of the whole 24 GiB
 /// heap, one count per slab, 6.45 ms instead of 5.67; bench/RESULTS.md). On the host the AND
 /// acquires itself: ThreadSanitizer, which the host tests run under, does not see fences.
-DEVMR_HOST_DEVICE inline void clear_count(std::uint32_t& word) {
+DEVMR_HOST_DEVICE inline void clear_count(std::uint64_t& word) {
 #if DEVMR_IS_DEVICE_CODE
-  asm volatile("red.relaxed.gpu.global.and.b32 [%0], 0;"
+  asm volatile("red.relaxed.gpu.global.and.b64 [%0], 0;"
                :
                : "l"(__cvta_generic_to_global(&word))
                : "memory");
@@ -90,11 +90,36 @@ DEVMR_HOST_DEVICE T read_only(T const& word) {
 #endif
 }
 
+/// The class of blocks of `size` bytes (at most max_small_bytes; the larger of size and
+/// alignment).
+DEVMR_HOST_DEVICE inline unsigned class_of_size(std::size_t size) {
+  return size <= (std::size_t{1} << min_block_shift) ? 0u : ceil_log2(size) - min_block_shift;
+}
+
+/// Whether a block allocated for `size` bytes (the larger of size and alignment) is of its
+/// group's large class; false for large runs.
+DEVMR_HOST_DEVICE inline bool is_large_size(std::size_t size) {
+  return size <= max_small_bytes && is_large_class(class_of_size(size));
+}
+
 /// Blocks a claim obtained: `count` consecutive blocks of the class starting at `first`.
 struct claim_result {
   std::byte* first;
   std::uint32_t count;
 };
+
+/// Blocks a claim for both classes of a group obtained: `small_count` consecutive small blocks
+/// from `small` up, and `large_count` consecutive large blocks from `large` up.
+struct pair_claim {
+  std::byte* small;
+  std::byte* large;
+  std::uint32_t small_count;
+  std::uint32_t large_count;
+};
+
+/// Whether a claim made its slab's fronts meet (and so ended its claims), and if so whether it
+/// got all it wanted.
+enum class claim_end { none, got_all, wants_more };
 
 /// What a checked free decided.
 enum class free_check { proceed, done, rejected };
@@ -176,143 +201,180 @@ class heap_core {
 
   // ---- small blocks -------------------------------------------------------------------------
 
-  /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when the
+  /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot` (host paths and tests;
+  /// kernels claim for both classes of a group at once, claim_pair). Returns fewer when the
   /// current slab runs out (the caller claims the rest with another call), none when the heap
-  /// has no slab left for this class. `hint` spreads stack traffic (the SM on the device).
+  /// has no slab left for the class's group. `hint` spreads stack traffic (the SM on the device).
   DEVMR_HOST_DEVICE claim_result claim(unsigned cls,
                                        unsigned slot,
                                        std::uint32_t want,
                                        unsigned hint) const {
-    return claim(cls, slot, want, hint, arena(0));  // read ahead (see arena())
+    bool const large = is_large_class(cls);
+    pair_claim const got =
+        claim_pair(group_of(cls), slot, large ? 0 : want, large ? want : 0, hint, arena(0));
+    return large ? claim_result{got.large, got.large_count}
+                 : claim_result{got.small, got.small_count};
   }
-  /// `first`: arena 0's entry, which the caller has at hand.
-  DEVMR_HOST_DEVICE claim_result claim(unsigned cls,
-                                       unsigned slot,
-                                       std::uint32_t want,
-                                       unsigned hint,
-                                       arena_view const& first) const {
-    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    std::uint32_t const capacity = class_capacity(cls);
+
+  /// Claims up to `small` blocks of group `g`'s small class and `large` of its large class
+  /// (together > 0) through slot `slot`, with one atomic. Returns fewer when the current slab
+  /// runs out, none when the heap has no slab left for the group. `first`: arena 0's entry,
+  /// which the caller has at hand (read ahead: see arena()).
+  DEVMR_HOST_DEVICE pair_claim claim_pair(unsigned g,
+                                          unsigned slot,
+                                          std::uint32_t small,
+                                          std::uint32_t large,
+                                          unsigned hint,
+                                          arena_view const& first) const {
+    auto slot_word = atomic(slot_word_of(*h_, g, slot));
+    std::uint32_t const units = group_units(g);
+    std::uint64_t const want = make_fronts(small, large);
     // acquire: pairs with the release that published the slot's slab (install), whose release
     // sequence the other claims' additions continue: the slab's formatting, and the frees of its
     // previous life, happen before its blocks are used.
     std::uint64_t seen = slot_word.fetch_add(want, acquire);
     for (;;) {
-      bool used_up = false;
-      claim_result const got = take_blocks(seen, want, cls, used_up, first);
-      if (got.count != 0) {
-        if (used_up && got.count < want) {
-          // This claim used the slab up and still wants blocks, which the caller claims next:
-          // it installs the next slab now, and the claims behind it wait for it as for an
-          // installing id. A claim that got all it wanted installs nothing: the first claim
-          // that finds the slab used up does, if one ever comes (at the end of a kernel, an
-          // install nobody needed held up the warp that used the slab up).
-          install(cls, slot, 0, hint, first);
+      claim_end end = claim_end::none;
+      pair_claim const got = take_blocks(seen, small, large, g, end, first);
+      if (end == claim_end::wants_more) {
+        // This claim made the fronts meet and still wants blocks: it installs the next slab
+        // now, and the claims behind it wait for it as for an installing id. A claim that got
+        // all it wanted installs nothing: the first claim that finds the fronts met does, if one
+        // ever comes (at the end of a kernel, an install nobody needed held up the warp that
+        // used the slab up).
+        if (got.small_count + got.large_count == 0) {
+          return install(g, slot, small, large, hint, first);
         }
+        install(g, slot, 0, 0, hint, first);
+        return got;
+      }
+      if (got.small_count + got.large_count != 0) {
         return got;
       }
       // The first claim since the slot lost its slab, or since a claim took its last blocks and
-      // all it wanted, installs: its addition found the count at zero or at the capacity.
-      if (is_vacant(seen) || just_used_up(seen, capacity)) {
-        return install(cls, slot, want, hint, first);
+      // all it wanted, installs: its addition found the counts at zero or the fronts just met.
+      if (is_vacant(seen) || just_used_up(seen, units)) {
+        return install(g, slot, small, large, hint, first);
       }
       // The slab is used up and another claim installs the next (see above), or the next is
       // being installed. Wait for the installer, but never without bound: after a while one
       // waiter takes the installation over, so a descheduled installer holds nobody up, and the
       // others wait for that one.
       std::uint32_t const id = slot_id(seen);
-      seen = wait_for_install(slot_word, seen, want, capacity);
-      if (!still_waiting(seen, id, capacity)) {
-        continue;  // the wait's last claim found the slot changed: take what that claim got
+      seen = wait_for_install(slot_word, seen, units);
+      if (still_waiting(seen, id, units) && take_over(slot_word, seen, id, units)) {
+        return install(g, slot, small, large, hint, first);
       }
-      if (!take_over(slot_word, seen, id, capacity)) {
-        seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
-        continue;
-      }
-      return install(cls, slot, want, hint, first);
+      seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
     }
   }
 
-  /// What a claim of `want` blocks of class `cls` got from slot value `seen`, the value its
-  /// addition replaced: nothing when it names no slab or a used-up one. `used_up`: this claim
-  /// took the slab's last blocks (the count passed the capacity with it).
-  DEVMR_HOST_DEVICE claim_result take_blocks(std::uint64_t seen,
-                                             std::uint32_t want,
-                                             unsigned cls,
-                                             bool& used_up,
-                                             arena_view const& first) const {
+  /// What a claim of `small` and `large` blocks of group `g` got from slot value `seen`, the value
+  /// its addition replaced: nothing when it names no slab or one whose fronts met. A claim whose
+  /// addition makes the fronts meet ends the slab's claims (end_claims): it alone knows exactly
+  /// what the slab handed out. `end` says whether it did, and whether it still wants blocks.
+  DEVMR_HOST_DEVICE pair_claim take_blocks(std::uint64_t seen,
+                                           std::uint32_t small,
+                                           std::uint32_t large,
+                                           unsigned g,
+                                           claim_end& end,
+                                           arena_view const& first) const {
     std::uint32_t const id = slot_id(seen);
-    std::uint32_t const count = slot_count(seen);
-    std::uint32_t const capacity = class_capacity(cls);
-    if (!is_slab(id) || count >= capacity) {
-      return {nullptr, 0};
+    std::uint32_t const units = group_units(g);
+    std::uint32_t const used = unit_count(seen);
+    if (!is_slab(id) || used >= units) {
+      return {nullptr, nullptr, 0, 0};
     }
-    used_up = want >= capacity - count;
+    // Small blocks first: a claim of both classes that finds too few units left takes every
+    // small block it wants that fits, then the large ones that still fit.
+    std::uint32_t const left = units - used;
+    std::uint32_t const s = small < left ? small : left;
+    std::uint32_t const l = large < (left - s) / 2 ? large : (left - s) / 2;
+    std::uint32_t const large_end = large_count(seen) + l;  // large blocks out, from the end
+    unsigned const shift = unit_shift(g);
     std::byte* const slab = data(id, first);
-    return {slab + (std::size_t{count} << (cls + min_block_shift)),
-            used_up ? capacity - count : want};
+    if (small + 2 * large >= left) {
+      end = small + 2 * large > left ? claim_end::wants_more : claim_end::got_all;
+      end_claims(id, g, make_fronts(small_count(seen) + s, large_end), left - s - 2 * l);
+    }
+    return {slab + (std::size_t{small_count(seen)} << shift),
+            slab + slab_bytes - (std::size_t{large_end} << (shift + 1)), s, l};
+  }
+
+  /// Ends the claims on slab `id` of group `g`, which handed out the blocks that `fronts` counts
+  /// (make_fronts): its state records them, and the `unclaimed` units between the fronts go back,
+  /// so that it is recycled once its blocks are freed. The state comes first: until the units go
+  /// back the slab cannot be recycled, so the state is still this life's. Out of line: it runs
+  /// once a slab, and its registers would count against every claim.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE void end_claims(std::uint32_t id,
+                                                   unsigned g,
+                                                   std::uint64_t fronts,
+                                                   std::uint32_t unclaimed) const {
+    atomic(meta(id).state).store(make_state(g, fronts), relaxed);
+    if (unclaimed != 0) {
+      free_blocks(id, freed_blocks(unclaimed, 0), 0, arena(0));
+    }
   }
 
   /// Ends the claims on the slab of slot value `old`, which this thread swapped out of its slot
-  /// (nothing happens when `old` names no slab, or a used-up one): the slab handed out the
-  /// blocks that `old` counts, and gives back the others, so that it is recycled once those are
-  /// freed. Its state records the count first: until the others are given back it cannot be
-  /// recycled, so the state is still this life's.
-  DEVMR_HOST_DEVICE void close(std::uint64_t old, unsigned cls) const {
-    std::uint32_t const capacity = class_capacity(cls);
-    if (!is_slab(slot_id(old)) || slot_count(old) >= capacity) {
-      return;
+  /// (nothing happens when `old` names no slab, or one whose fronts met: its last claim ended
+  /// them).
+  DEVMR_HOST_DEVICE void close(std::uint64_t old, unsigned g) const {
+    std::uint32_t const units = group_units(g);
+    if (is_slab(slot_id(old)) && unit_count(old) < units) {
+      end_claims(slot_id(old), g, make_fronts(small_count(old), large_count(old)),
+                 units - unit_count(old));
     }
-    std::uint32_t const id = slot_id(old);
-    atomic(meta(id).state).store(make_state(cls, slot_count(old)), relaxed);
-    free_blocks(id, capacity - slot_count(old), 0, arena(0));
   }
 
-  /// Installs a slab in slot `slot` of class `cls`, which this thread holds (its claim found the
-  /// slot vacant or used its slab up, or it took the installation over; see claim): formats it
-  /// with its first `want` blocks (at most all but one) claimed for this thread, and publishes
-  /// it. Out of slabs, a claim (`want` > 0) takes blocks from the current slab of another slot of
-  /// its class (steal); if none has room, the slots give up their current slabs whose blocks are
-  /// all free (reopen_slab), and the install takes one of those. Otherwise the slot is left
-  /// vacant (give_up) for the claims that wait for it to claim again, the first of them
-  /// searching in turn.
+  /// Installs a slab in slot `slot` of group `g`, which this thread holds (its claim found the
+  /// slot vacant or made its slab's fronts meet, or it took the installation over; see
+  /// claim_pair): formats it with the first `small` and `large` blocks (at most all units but
+  /// one) claimed for this thread, and publishes it. Out of slabs, a claim takes blocks from the
+  /// current slab of another slot of its group (steal); if none has room, the slots give up their
+  /// current slabs whose blocks are all free (reopen_slab), and the install takes one of those.
+  /// Otherwise the slot is left vacant (give_up) for the claims that wait for it to claim again,
+  /// the first of them searching in turn.
   /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
-  DEVMR_HOST_DEVICE claim_result install(unsigned cls,
-                                         unsigned slot,
-                                         std::uint32_t want,
-                                         unsigned hint,
-                                         arena_view const& first) const {
-    std::uint32_t id = acquire_run(1, hint, want != 0 ? cls : num_classes);
-    if (id == no_slab && want != 0) {
-      claim_result const got = steal(cls, slot, want);
-      if (got.count != 0) {
-        give_up(slot, cls);
+  DEVMR_HOST_DEVICE pair_claim install(unsigned g,
+                                       unsigned slot,
+                                       std::uint32_t small,
+                                       std::uint32_t large,
+                                       unsigned hint,
+                                       arena_view const& first) const {
+    bool const wants = small + large != 0;
+    std::uint32_t id = acquire_run(1, hint, wants ? g : num_groups);
+    if (id == no_slab && wants) {
+      pair_claim const got = steal(g, slot, small, large);
+      if (got.small_count + got.large_count != 0) {
+        give_up(slot, g);
         return got;
       }
       id = reopen_slab(hint);
     }
     if (id == no_slab) {
-      give_up(slot, cls);
-      return {nullptr, 0};
+      give_up(slot, g);
+      return {nullptr, nullptr, 0, 0};
     }
-    // At most all blocks but one, so that the slab published has a block left for the next
-    // claim. (Used up at once, with its count at the capacity, it would make that claim install
-    // again: see claim.)
-    std::uint32_t const capacity = class_capacity(cls);
-    std::uint32_t const take = want < capacity ? want : capacity - 1;
-    publish(cls, slot, id, take, first);
-    return {data(id, first), take};
+    // At most all units but one, so that the slab published has room left for the next claim.
+    // (With its fronts met at once, it would make that claim install again: see claim_pair.)
+    std::uint32_t const units = group_units(g);
+    std::uint32_t const s = small < units ? small : units - 1;
+    std::uint32_t const l = large < (units - 1 - s) / 2 ? large : (units - 1 - s) / 2;
+    publish(g, slot, id, s, l, first);
+    std::byte* const slab = data(id, first);
+    return {slab, slab + slab_bytes - (std::size_t{l} << (unit_shift(g) + 1)), s, l};
   }
 
-  /// Gives slot `slot` of class `cls` slab `id` (no_slab: one that it searches for) while the
+  /// Gives slot `slot` of group `g` slab `id` (no_slab: one that it searches for) while the
   /// slot is vacant as a reset leaves it, so that the first claims on it find a slab instead of
   /// waiting for an install (slab_heap primes its slots when it is made, grown and reset). It
   /// takes the install as a waiter takes one over (see take_over), so claims that come meanwhile
   /// wait for it. A slot that holds anything else is left alone, and `id` goes on a stack.
-  DEVMR_HOST_DEVICE void prime(unsigned cls, unsigned slot, std::uint32_t id, unsigned hint) const {
+  DEVMR_HOST_DEVICE void prime(unsigned g, unsigned slot, std::uint32_t id, unsigned hint) const {
     atomic(h_->idle_slots.value).store(1, relaxed);  // see reclaim_slab
     std::uint64_t vacant = empty_slot;
-    if (!atomic(slot_word_of(*h_, cls, slot))
+    if (!atomic(slot_word_of(*h_, g, slot))
              .compare_exchange_strong(vacant, make_slot(installing_last, 1), relaxed, relaxed)) {
       if (id != no_slab) {
         make_free_head(id, 1);
@@ -321,9 +383,9 @@ class heap_core {
       return;
     }
     if (id == no_slab) {
-      install(cls, slot, 0, hint, arena(0));
+      install(g, slot, 0, 0, hint, arena(0));
     } else {
-      publish(cls, slot, id, 0, arena(0));
+      publish(g, slot, id, 0, 0, arena(0));
     }
   }
 
@@ -341,14 +403,14 @@ class heap_core {
 #endif
   }
 
-  /// How many slots prime fills, class by class from the smallest (slot after slot within a
-  /// class): every slot in use of every class, or as many as half of the heap's slabs allow.
-  /// The classes past those start vacant, and each SM's first claim in one installs its slab:
+  /// How many slots prime fills, group by group from the smallest (slot after slot within a
+  /// group): every slot in use of every group, or as many as half of the heap's slabs allow.
+  /// The groups past those start vacant, and each SM's first claim in one installs its slab:
   /// priming the whole heap would leave nothing for installs but other slots' slabs (1 GiB at
   /// 2^16 threads, 4 KiB blocks: 0.04x of the floor; bench/RESULTS.md, tenth session).
   DEVMR_HOST_DEVICE std::uint32_t prime_count() const {
     std::uint64_t const slabs = heap_slabs(*h_);
-    std::uint64_t const all = std::uint64_t{num_classes} * slots_in_use();
+    std::uint64_t const all = std::uint64_t{num_groups} * slots_in_use();
     return static_cast<std::uint32_t>(all < slabs / 2 ? all : slabs / 2);
   }
 
@@ -357,12 +419,13 @@ class heap_core {
     return take_fresh(count, 0);
   }
 
-  /// Gives back `count` blocks of slab `id` (frees); recycles the slab when none is left: a
-  /// small slab is marked empty, a large run goes back on its stack. `first`: arena 0's entry.
-  /// `order`: release, or relaxed where the caller issued a release fence since its frees'
-  /// last writes (the device path, so that the fence overlaps its load of the pointer).
+  /// Gives back blocks of slab `id` (frees): `count` as freed_blocks counts them (a large run's
+  /// block counts 1); recycles the slab when none is left: a small slab is marked empty, a large
+  /// run goes back on its stack. `first`: arena 0's entry. `order`: release, or relaxed where the
+  /// caller issued a release fence since its frees' last writes (the device path, so that the
+  /// fence overlaps its load of the pointer).
   DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id,
-                                     std::uint32_t count,
+                                     std::uint64_t count,
                                      unsigned hint,
                                      arena_view const& first,
                                      cuda::std::memory_order order = release) const {
@@ -371,7 +434,7 @@ class heap_core {
   /// `m`: slab `id`'s metadata, which the caller has at hand.
   DEVMR_HOST_DEVICE void free_blocks(slab_meta& m,
                                      std::uint32_t id,
-                                     std::uint32_t count,
+                                     std::uint64_t count,
                                      unsigned hint,
                                      cuda::std::memory_order order = release) const {
     // release (or, relaxed, after the caller's release fence: see device_deallocate): the
@@ -379,7 +442,8 @@ class heap_core {
     // that frees the last block does not acquire them (an acquire would empty its SM's L1 cache): a
     // search for a slab does, when it takes the slab (settle, or take_marked_run for a run). A
     // large run has one block, whose free is this one: the release of its push orders it.
-    std::uint32_t const left = atomic(m.remaining).fetch_sub(count, order) - count;
+    std::uint32_t const left =
+        remaining_units(atomic(m.remaining).fetch_sub(count, order)) - remaining_units(count);
     if (left == large_run_flag) {
       retire(id, hint);
     } else if (left == 0) {
@@ -387,12 +451,49 @@ class heap_core {
     }
   }
 
-  /// Marks a claimed block allocated in a checked heap's bitmap.
-  DEVMR_HOST_DEVICE void mark_allocated(std::uint32_t id, std::size_t offset, unsigned cls) const {
-    std::size_t const block = offset >> (cls + min_block_shift);
-    atomic(check_bits(id)[block / 64]).fetch_or(std::uint64_t{1} << (block % 64), relaxed);
+  /// Whether the block at `offset` of slab `id` is of its group's large class, from the fronts of
+  /// the slab's claims: for frees that do not know the block's size (bulk frees). False for a
+  /// block of a large run. While the claims of the slab are ending (between the addition that
+  /// made its fronts meet, or the swap that took it out of its slot, and the store of its state
+  /// that follows at once) the fronts are unknown, and it waits for them.
+  DEVMR_HOST_DEVICE bool block_is_large(std::uint32_t id, std::size_t offset) const {
+    for (;;) {
+      std::uint64_t const state = atomic(meta(id).state).load(relaxed);
+      std::uint32_t const g = state_tag(state);
+      if (g >= num_groups) {
+        return false;
+      }
+      std::uint64_t fronts = state_fields(state);
+      if ((fronts & open_state) != 0) {
+        // The slot's counts include the claim that handed the block out, which happened before
+        // this free: exact while they name the slab and its fronts have not met.
+        auto const slot = static_cast<unsigned>(fronts & ~open_state);
+        fronts = atomic(slot_word_of(*h_, g, slot)).load(relaxed);
+        if (slot_id(fronts) != id || unit_count(fronts) >= group_units(g)) {
+#if DEVMR_IS_DEVICE_CODE
+          __nanosleep(64);
+#else
+          std::this_thread::yield();
+#endif
+          continue;
+        }
+      }
+      return offset >= (std::size_t{small_count(fronts)} << unit_shift(g));
+    }
   }
 
+  /// Marks a claimed block of class `cls` allocated in a checked heap's bitmap (see check_bit).
+  DEVMR_HOST_DEVICE void mark_allocated(std::uint32_t id, std::size_t offset, unsigned cls) const {
+    std::size_t const bit = check_bit(offset, group_of(cls), is_large_class(cls));
+    atomic(check_bits(id)[bit / 64]).fetch_or(std::uint64_t{1} << (bit % 64), relaxed);
+  }
+
+  /// The bit of a checked heap's bitmap for the block at `offset` of a slab of group `g`: small
+  /// blocks by index from the start, then large blocks by index from the end.
+  DEVMR_HOST_DEVICE static std::size_t check_bit(std::size_t offset, unsigned g, bool large) {
+    return large ? group_units(g) + ((slab_bytes - offset) >> (unit_shift(g) + 1)) - 1
+                 : offset >> unit_shift(g);
+  }
   // ---- large blocks -------------------------------------------------------------------------
 
   /// A run of whole slabs for one block of `bytes` (> max_small_bytes); nullptr when none is left.
@@ -413,7 +514,7 @@ class heap_core {
     }
     slab_meta& m = meta(id);
     atomic(m.length).store(static_cast<std::uint32_t>(slabs), relaxed);
-    atomic(m.remaining).store(large_run_flag | 1u, relaxed);
+    atomic(m.remaining).store(std::uint64_t{large_run_flag | 1u}, relaxed);
     // release: a checked free, which acquires the state, sees the run's count.
     atomic(m.state).store(make_state(tag_large, 0), release);
     return data(id);
@@ -422,9 +523,11 @@ class heap_core {
   // ---- frees --------------------------------------------------------------------------------
 
   /// Checks a free on a checked heap, recording misuse; `done` when it already freed the block.
+  /// `large`: whether the block is of its group's large class, as the bitmap says.
   DEVMR_HOST_DEVICE free_check check_free(std::uint32_t id,
                                           std::size_t offset,
-                                          unsigned hint) const {
+                                          unsigned hint,
+                                          bool& large) const {
     // A slab past its arena's frontier was not handed out since the heap began or was reset: its
     // metadata may be from before the reset, and must not be trusted (a pointer from then would
     // pass for a block, and its free could mark the slab empty while the frontier hands it out).
@@ -434,28 +537,43 @@ class heap_core {
     slab_meta& m = meta(id);
     std::uint64_t const state = atomic(m.state).load(acquire);
     std::uint32_t const tag = state_tag(state);
-    if (tag < num_classes) {
-      unsigned const shift = tag + min_block_shift;
-      std::uint32_t claimed = state_count(state);
-      if ((claimed & open_count) != 0) {  // a slot holds it, and counts its claims
-        claimed = handed_out(atomic(slot_word_of(*h_, tag, claimed & ~open_count)).load(relaxed),
-                             id, class_capacity(tag));
-      }
-      if ((offset & ((std::size_t{1} << shift) - 1)) != 0 || (offset >> shift) >= claimed) {
+    if (tag < num_groups) {
+      unsigned const shift = unit_shift(tag);
+      if ((offset & ((std::size_t{1} << shift) - 1)) != 0) {
         return count_misuse(h_->counters.invalid_frees);
       }
-      std::size_t const block = offset >> shift;
-      std::uint64_t const bit = std::uint64_t{1} << (block % 64);
-      if ((atomic(check_bits(id)[block / 64]).fetch_and(~bit, relaxed) & bit) == 0) {
-        return count_misuse(h_->counters.double_frees);
+      // The bitmap says which block starts here, if any is out: a small one, or a large one
+      // (at an even unit). The two are never out at once.
+      large = false;
+      if (take_check_bit(id, check_bit(offset, tag, false))) {
+        return free_check::proceed;
       }
-      return free_check::proceed;
+      bool const even = (offset & ((std::size_t{2} << shift) - 1)) == 0;
+      large = true;
+      if (even && take_check_bit(id, check_bit(offset, tag, true))) {
+        return free_check::proceed;
+      }
+      // Nothing out here: a double free if a block was handed out here, as far as the fronts
+      // tell (exact once the slab's claims ended, or while its slot counts them and they have
+      // not met; in between, any block may have been).
+      std::uint64_t fronts = state_fields(state);
+      if ((fronts & open_state) != 0) {
+        std::uint64_t const w =
+            atomic(slot_word_of(*h_, tag, static_cast<unsigned>(fronts & ~open_state)))
+                .load(relaxed);
+        fronts = slot_id(w) == id && unit_count(w) < group_units(tag)
+                     ? make_fronts(small_count(w), large_count(w))
+                     : make_fronts(group_units(tag), group_units(tag) / 2);
+      }
+      bool const handed = (offset >> shift) < small_count(fronts) ||
+                          (even && ((slab_bytes - offset) >> (shift + 1)) <= large_count(fronts));
+      return count_misuse(handed ? h_->counters.double_frees : h_->counters.invalid_frees);
     }
     if (tag == tag_large) {
       if (offset != 0) {
         return count_misuse(h_->counters.invalid_frees);
       }
-      std::uint32_t expected = large_run_flag | 1u;
+      std::uint64_t expected = large_run_flag | 1u;
       if (!atomic(m.remaining)
                .compare_exchange_strong(expected, large_run_flag, acq_rel, relaxed)) {
         return count_misuse(h_->counters.double_frees);
@@ -466,8 +584,16 @@ class heap_core {
     return count_misuse(tag == tag_free ? h_->counters.double_frees : h_->counters.invalid_frees);
   }
 
-  /// Frees one block from one thread (host paths and tests; kernels aggregate per warp).
-  DEVMR_HOST_DEVICE void free_one(void const* p, unsigned hint) const {
+  /// Clears bit `bit` of slab `id`'s bitmap; true when it was set.
+  DEVMR_HOST_DEVICE bool take_check_bit(std::uint32_t id, std::size_t bit) const {
+    std::uint64_t const mask = std::uint64_t{1} << (bit % 64);
+    return (atomic(check_bits(id)[bit / 64]).fetch_and(~mask, relaxed) & mask) != 0;
+  }
+
+  /// Frees one block from one thread (host paths and tests; kernels aggregate per warp). `bytes`:
+  /// the size it was allocated with (as a resource's deallocate receives it), or 0 when unknown:
+  /// then the block's class follows from its offset and its slab's fronts (block_is_large).
+  DEVMR_HOST_DEVICE void free_one(void const* p, unsigned hint, std::size_t bytes = 0) const {
     std::uint32_t id = 0;
     std::size_t offset = 0;
     if (p == nullptr) {
@@ -477,10 +603,15 @@ class heap_core {
       count_misuse(h_->counters.invalid_frees);
       return;
     }
-    if (checked() && check_free(id, offset, hint) != free_check::proceed) {
-      return;
+    bool large = false;
+    if (checked()) {
+      if (check_free(id, offset, hint, large) != free_check::proceed) {
+        return;
+      }
+    } else {
+      large = bytes != 0 ? is_large_size(bytes) : block_is_large(id, offset);
     }
-    free_blocks(id, 1, hint, arena(0));
+    free_blocks(id, large ? freed_blocks(0, 1) : freed_blocks(1, 0), hint, arena(0));
   }
 
   DEVMR_HOST_DEVICE free_check count_misuse(std::uint64_t& counter) const {
@@ -496,12 +627,12 @@ class heap_core {
   /// number of times, so that memory in flight is not reported as missing. The first search
   /// takes no snapshot of the returns (an acquire load that would hold back every load after it,
   /// a round trip on every install): only once it has found nothing do the careful searches begin.
-  /// `reclaim_for`: the class of a claim that needs one slab (num_classes: none), which may take
-  /// an unused slab from a slot of another class (see reclaim_slab).
+  /// `reclaim_for`: the group of a claim that needs one slab (num_groups: none), which may take
+  /// an unused slab from a slot of another group (see reclaim_slab).
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(
-      std::uint32_t slabs, unsigned hint, unsigned reclaim_for = num_classes) const {
-    if (reclaim_for < num_classes) {
-      // A claim's slab: its own shard or a fresh slab, else an unused slab of another class in
+      std::uint32_t slabs, unsigned hint, unsigned reclaim_for = num_groups) const {
+    if (reclaim_for < num_groups) {
+      // A claim's slab: its own shard or a fresh slab, else an unused slab of another group in
       // its own slot, before the long search.
       if (std::uint32_t const id = take_near(hint); id != no_slab) {
         return id;
@@ -513,7 +644,7 @@ class heap_core {
     if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
       return id;
     }
-    if (reclaim_for < num_classes) {
+    if (reclaim_for < num_groups) {
       if (std::uint32_t const id = reclaim_slab(reclaim_for, hint, true); id != no_slab) {
         return id;
       }
@@ -605,18 +736,19 @@ class heap_core {
     return id;
   }
 
-  /// Formats slab `id` for class `cls` with its first `take` blocks claimed, and publishes it in
-  /// slot `slot` of the class, which this thread holds (see install).
-  DEVMR_HOST_DEVICE void publish(unsigned cls,
+  /// Formats slab `id` for group `g` with its first `small` and `large` blocks claimed, and
+  /// publishes it in slot `slot` of the group, which this thread holds (see install).
+  DEVMR_HOST_DEVICE void publish(unsigned g,
                                  unsigned slot,
                                  std::uint32_t id,
-                                 std::uint32_t take,
+                                 std::uint32_t small,
+                                 std::uint32_t large,
                                  arena_view const& first) const {
-    format_small(id, cls, slot, first);
+    format_small(id, g, slot, first);
     // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
     // replaces is closed: the used-up slab, an installing id, or the slab that another
     // installer (a waiter that took over) published first.
-    close(atomic(slot_word_of(*h_, cls, slot)).exchange(make_slot(id, take), release), cls);
+    close(atomic(slot_word_of(*h_, g, slot)).exchange(make_slot(id, small, large), release), g);
   }
 
   /// A slab for a claim of class `cls` from the slots of the other classes: one that a slot
@@ -633,7 +765,7 @@ class heap_core {
   /// stay: moving one between its slots gains nothing (a claim that finds no slab takes blocks
   /// from them, see steal). A slot's words share a line and are read four at a time (eight
   /// took the allocation kernel from 80 registers to 88). Out of line, for the registers.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned cls,
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t reclaim_slab(unsigned g,
                                                               unsigned hint,
                                                               bool everywhere) const {
     auto idle = atomic(h_->idle_slots.value);
@@ -641,13 +773,13 @@ class heap_core {
       return no_slab;
     }
     constexpr unsigned batch = 4;
-    static_assert(num_classes % batch == 0);
+    static_assert(num_groups % batch == 0);
     std::uint32_t const slots = slots_in_use();
     std::uint32_t const start = hint % slots;
     std::uint32_t const scanned = everywhere ? slots : 1;
-    DEVMR_ROLLED for (std::uint32_t i = 0; i < num_classes * scanned; i += batch) {
-      unsigned const slot = (start + i / num_classes) % slots;
-      unsigned const base = i % num_classes;
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < num_groups * scanned; i += batch) {
+      unsigned const slot = (start + i / num_groups) % slots;
+      unsigned const base = i % num_groups;
       std::uint64_t seen[batch];
       for (unsigned k = 0; k < batch; ++k) {
         seen[k] = atomic(slot_word_of(*h_, base + k, slot)).load(relaxed);
@@ -656,7 +788,7 @@ class heap_core {
         // The exact value: no claim came between the look and the swap. acquire: the slab's
         // formatting for its slot happens before this thread formats it again.
         std::uint64_t expected = seen[k];
-        if (base + k != cls && is_slab(slot_id(seen[k])) && slot_count(seen[k]) == 0 &&
+        if (base + k != g && is_slab(slot_id(seen[k])) && unit_count(seen[k]) == 0 &&
             atomic(slot_word_of(*h_, base + k, slot))
                 .compare_exchange_strong(expected, empty_slot, acquire, relaxed)) {
           return slot_id(seen[k]);
@@ -713,35 +845,36 @@ class heap_core {
     bool closed = false;
     std::uint32_t row = no_slab;  // the first slab of the bitmap word whose marks are gathered
     std::uint64_t marks = 0;
-    DEVMR_ROLLED for (unsigned cls = 0; cls < num_classes; ++cls) {
-      std::uint32_t const capacity = class_capacity(cls);
+    DEVMR_ROLLED for (unsigned g = 0; g < num_groups; ++g) {
+      std::uint32_t const units = group_units(g);
       DEVMR_ROLLED for (std::uint32_t first = 0; first < slots; first += batch) {
         std::uint64_t seen[batch];
         for (unsigned k = 0; k < batch; ++k) {
-          seen[k] = first + k < slots ? atomic(slot_word_of(*h_, cls, first + k)).load(relaxed)
+          seen[k] = first + k < slots ? atomic(slot_word_of(*h_, g, first + k)).load(relaxed)
                                       : empty_slot;
         }
         for (unsigned k = 0; k < batch; ++k) {
           std::uint32_t const id = slot_id(seen[k]);
-          std::uint32_t const count = slot_count(seen[k]);
-          if (!is_slab(id) || count >= capacity ||
-              (count != 0 && atomic(meta(id).remaining).load(relaxed) != capacity - count)) {
+          std::uint32_t const used = unit_count(seen[k]);
+          if (!is_slab(id) || used >= units ||
+              (used != 0 &&
+               remaining_units(atomic(meta(id).remaining).load(relaxed)) != units - used)) {
             continue;  // no slab, a used-up one (it recycles itself), or blocks still live
           }
           // The exact value: no claim came between the look and the swap. acquire: the slab's
           // formatting for its slot happens before this thread's stores to its metadata.
           std::uint64_t expected = seen[k];
-          if (!atomic(slot_word_of(*h_, cls, first + k))
+          if (!atomic(slot_word_of(*h_, g, first + k))
                    .compare_exchange_strong(expected, empty_slot, acquire, relaxed)) {
             continue;
           }
           closed = true;
-          if (count != 0) {
-            close(seen[k], cls);
+          if (used != 0) {
+            close(seen[k], g);
             continue;
           }
           atomic(meta(id).remaining).store(0, relaxed);  // empty: what statistics read
-          atomic(meta(id).state).store(make_state(cls, 0), relaxed);
+          atomic(meta(id).state).store(make_state(g, 0), relaxed);
           std::uint32_t const start = id - index_of(id) % 64;
           if (start != row) {
             flush_marks(row, marks);
@@ -942,81 +1075,83 @@ class heap_core {
     atomic(h_->runs_in_flight.value).fetch_sub(1, release);
   }
 
-  /// Out of slabs: claim from the current slab of another slot of the class, if one has room.
+  /// Out of slabs: claim from the current slab of another slot of the group, if one has room.
   /// A claim that uses such a slab up leaves its slot vacant (there is no slab to install).
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE claim_result steal(unsigned cls,
-                                                      unsigned own,
-                                                      std::uint32_t want) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE pair_claim steal(unsigned g,
+                                                    unsigned own,
+                                                    std::uint32_t small,
+                                                    std::uint32_t large) const {
     std::uint32_t const slots = slots_in_use();
-    std::uint32_t const capacity = class_capacity(cls);
+    std::uint32_t const units = group_units(g);
+    std::uint64_t const want = make_fronts(small, large);
     arena_view const first = arena(0);
     for (std::uint32_t s = 0; s < slots; ++s) {
-      auto slot_word = atomic(slot_word_of(*h_, cls, s));
+      auto slot_word = atomic(slot_word_of(*h_, g, s));
       std::uint64_t const w = s == own ? empty_slot : slot_word.load(relaxed);
-      if (!is_slab(slot_id(w)) || slot_count(w) >= capacity) {
+      if (!is_slab(slot_id(w)) || unit_count(w) >= units) {
         continue;  // empty, being installed or used up: nothing to take
       }
-      bool used_up = false;
-      // acquire: as a claim's (see claim).
+      // acquire: as a claim's (see claim_pair).
       std::uint64_t const seen = slot_word.fetch_add(want, acquire);
-      claim_result const got = take_blocks(seen, want, cls, used_up, first);
-      // A claim that used the slab up, or found it used up by one that wanted no more, would
-      // install the next; out of slabs, it leaves the slot vacant instead.
-      if (used_up || just_used_up(seen, capacity)) {
-        give_up(slot_word, seen + want, capacity);
+      claim_end end = claim_end::none;
+      pair_claim const got = take_blocks(seen, small, large, g, end, first);
+      // A claim that made the fronts meet, or found them just met by one that wanted no more,
+      // would install the next; out of slabs, it leaves the slot vacant instead.
+      if (end != claim_end::none || just_used_up(seen, units)) {
+        give_up(slot_word, seen + want, units);
       }
-      if (got.count != 0) {
+      if (got.small_count + got.large_count != 0) {
         return got;
       }
     }
-    return {nullptr, 0};
+    return {nullptr, nullptr, 0, 0};
   }
 
   /// Out of slabs: leaves the slot vacant under the next installing id (`seen`: what it held
-  /// last) while it holds no slab with blocks (a claimed vacancy, an installing id, or a used-up
+  /// last) while it holds no slab with room (a claimed vacancy, an installing id, or a used-up
   /// slab), so that the claims waiting for this install claim again, and the first of them
-  /// searches in turn. A slab with blocks that another installer published meanwhile stays, and
+  /// searches in turn. A slab with room that another installer published meanwhile stays, and
   /// so does a vacancy nobody has claimed.
   DEVMR_HOST_DEVICE static void give_up(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
       std::uint64_t seen,
-      std::uint32_t capacity) {
-    while (!is_vacant(seen) && (!is_slab(slot_id(seen)) || slot_count(seen) >= capacity) &&
+      std::uint32_t units) {
+    while (!is_vacant(seen) && (!is_slab(slot_id(seen)) || unit_count(seen) >= units) &&
            !slot_word.compare_exchange_weak(seen, make_slot(next_installer(slot_id(seen)), 0),
                                             relaxed, relaxed)) {
     }
   }
-  /// give_up for slot `slot` of class `cls`, from what the slot holds now.
-  DEVMR_HOST_DEVICE void give_up(unsigned slot, unsigned cls) const {
-    auto slot_word = atomic(slot_word_of(*h_, cls, slot));
-    give_up(slot_word, slot_word.load(relaxed), class_capacity(cls));
+  /// give_up for slot `slot` of group `g`, from what the slot holds now.
+  DEVMR_HOST_DEVICE void give_up(unsigned slot, unsigned g) const {
+    auto slot_word = atomic(slot_word_of(*h_, g, slot));
+    give_up(slot_word, slot_word.load(relaxed), group_units(g));
   }
 
-  /// True when slot value `w` names a slab at exactly its capacity: a claim took its last blocks
+  /// True when slot value `w` names a slab whose fronts just met: a claim took its last units
   /// and all it wanted, so nobody installs the next yet; the claim whose addition found `w` does.
-  DEVMR_HOST_DEVICE static bool just_used_up(std::uint64_t w, std::uint32_t capacity) {
-    return is_slab(slot_id(w)) && slot_count(w) == capacity;
+  DEVMR_HOST_DEVICE static bool just_used_up(std::uint64_t w, std::uint32_t units) {
+    return is_slab(slot_id(w)) && unit_count(w) == units;
   }
 
   /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
-  /// installer (an installing id, or no_slab while its vacancy is claimed), or slab `id` used up
-  /// (not formatted and installed here again) past its capacity, so that some claim installs
-  /// the next. A count at exactly the capacity is no longer waiting: the claim whose addition
-  /// found it installs (see just_used_up).
+  /// installer (an installing id, or empty_id while its vacancy is claimed), or slab `id` used
+  /// up (not formatted and installed here again) past its units, so that some claim installs
+  /// the next. Fronts that met exactly are no longer waiting: the claim whose addition found
+  /// them installs (see just_used_up).
   DEVMR_HOST_DEVICE static bool still_waiting(std::uint64_t w,
                                               std::uint32_t id,
-                                              std::uint32_t capacity) {
-    return slot_id(w) == id && (!is_slab(id) || slot_count(w) > capacity);
+                                              std::uint32_t units) {
+    return slot_id(w) == id && (!is_slab(id) || unit_count(w) > units);
   }
 
   /// Swaps the next installing id into the slot while it still holds what a waiter saw (`seen`
-  /// names `id`; claims may have added to its count since); false when it changed meanwhile.
+  /// names `id`; claims may have added to its counts since); false when it changed meanwhile.
   DEVMR_HOST_DEVICE static bool take_over(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
       std::uint64_t seen,
       std::uint32_t id,
-      std::uint32_t capacity) {
-    while (still_waiting(seen, id, capacity)) {
+      std::uint32_t units) {
+    while (still_waiting(seen, id, units)) {
       // A count of one: the slot is not vacant, the taker's claim is in it.
       if (slot_word.compare_exchange_weak(seen, make_slot(next_installer(id), 1), relaxed,
                                           relaxed)) {
@@ -1027,44 +1162,42 @@ class heap_core {
   }
 
   /// Waits a bounded time for the thread installing the slot's next slab (the slot holds `seen`:
-  /// an installing id, a claimed vacancy or a used-up slab). Every look is a claim of `want`
-  /// blocks, as claim makes: while the slot still holds what the waiter saw, the addition only
-  /// counts up a used-up slab or an installer, which nothing reads; the first that finds the slot
-  /// changed is the waiter's claim on what it holds then, a round trip earlier than a load and a
-  /// claim after it. Returns the value the last addition replaced (what still_waiting accepts if
-  /// it took too long).
+  /// an installing id, a claimed vacancy or a used-up slab), looking by loads: a waiter adds to
+  /// the slot's counts once, with the claim that found it waiting, so that the counts stay
+  /// within their bits (see make_fronts). Loads cost nothing measurable against additions
+  /// (bench/RESULTS.md, seventeenth session). Returns the value it saw last (what still_waiting
+  /// accepts if it took too long).
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,
       std::uint64_t seen,
-      std::uint32_t want,
-      std::uint32_t capacity) {
+      std::uint32_t units) {
     std::uint32_t const id = slot_id(seen);
     // Host threads (tests of this core) give up soon, so that the give-up path runs often.
     unsigned const rounds = DEVMR_IS_DEVICE_CODE ? 320 : 4;
-    for (unsigned round = 0; round < rounds && still_waiting(seen, id, capacity); ++round) {
+    for (unsigned round = 0; round < rounds && still_waiting(seen, id, units); ++round) {
 #if DEVMR_IS_DEVICE_CODE
       __nanosleep(round < 32 ? 32u : 1024u);  // about 1 us, then 1 us a round: ~300 us in all
 #else
       std::this_thread::yield();
 #endif
-      seen = slot_word.fetch_add(want, acquire);  // acquire: as claim's
+      seen = slot_word.load(relaxed);
     }
     return seen;
   }
 
-  /// Formats slab `id` (from acquire_run) for class `cls`, to be installed in slot `slot`. The
+  /// Formats slab `id` (from acquire_run) for group `g`, to be installed in slot `slot`. The
   /// counts are stored first: with arena 0's entry at hand they need no load, and the install's
   /// release waits for them while the flag of checked heaps is read.
   DEVMR_HOST_DEVICE void format_small(std::uint32_t id,
-                                      unsigned cls,
+                                      unsigned g,
                                       unsigned slot,
                                       arena_view const& first) const {
     slab_meta& m = meta(id, first);
-    atomic(m.remaining).store(class_capacity(cls), relaxed);
-    atomic(m.state).store(make_state(cls, open_count | slot), relaxed);
+    atomic(m.remaining).store(std::uint64_t{group_units(g)}, relaxed);
+    atomic(m.state).store(make_state(g, open_state | slot), relaxed);
     if (checked()) {
       std::uint64_t* bits = check_bits(id);
-      std::uint32_t const words = (class_capacity(cls) + 63) / 64;
+      std::uint32_t const words = (group_units(g) * 3 / 2 + 63) / 64;
       for (std::uint32_t w = 0; w < words; ++w) {
         atomic(bits[w]).store(0, relaxed);
       }
@@ -1347,38 +1480,42 @@ class heap_core {
   heap_header* h_;
 };
 
-/// How many blocks of slab `id` are held by users, from its metadata and the slots (statistics
-/// scans, with no kernel running). Returns the slab's class in `cls` (num_classes for large
-/// runs); false for free, body and empty slabs.
+/// What slab `id` holds for users, from its metadata and the slots (statistics scans, with no
+/// kernel running): for a group's slab, its group in `g` and its blocks in use of the group's
+/// small and large classes; for a large run, num_groups and its block in `small`. False for
+/// free, body and empty slabs.
 DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
                                          std::uint32_t id,
                                          slab_meta const& m,
-                                         unsigned& cls,
-                                         std::uint64_t& blocks) {
+                                         unsigned& g,
+                                         std::uint64_t& small,
+                                         std::uint64_t& large) {
   std::uint64_t const state = m.state;
   std::uint32_t const tag = state_tag(state);
-  if (tag < num_classes) {
-    // `remaining` counts the blocks not freed, and those not handed out yet: a slab whose
-    // claims ended gave those back (see heap_core::close); a slot's slab has them in its slot.
-    std::uint32_t unclaimed = 0;
-    std::uint32_t const count = state_count(state);
-    if ((count & open_count) != 0) {
-      unclaimed = class_capacity(tag) -
-                  handed_out(slot_word_of(h, tag, count & ~open_count), id, class_capacity(tag));
-    }
-    if (m.remaining == 0) {
-      return false;  // every block handed out and freed: an empty slab, free to take
-    }
-    cls = tag;
-    blocks = m.remaining - unclaimed;
-    return true;
-  }
   if (tag == tag_large) {
-    cls = num_classes;
-    blocks = m.remaining & ~large_run_flag;
+    g = num_groups;
+    small = remaining_units(m.remaining) & ~large_run_flag;
+    large = 0;
     return true;
   }
-  return false;
+  if (tag >= num_groups || remaining_units(m.remaining) == 0) {
+    return false;  // not a group's slab, or every block handed out and freed: free to take
+  }
+  // `remaining` counts the units not freed, and those not handed out while a slot holds the slab
+  // (a slab whose claims ended gave those back: see heap_core::end_claims).
+  std::uint32_t const units = group_units(tag);
+  std::uint64_t fronts = state_fields(state);
+  std::uint32_t unclaimed = 0;
+  if ((fronts & open_state) != 0) {
+    std::uint64_t const w = slot_word_of(h, tag, static_cast<unsigned>(fronts & ~open_state));
+    fronts = slot_id(w) == id && unit_count(w) < units ? make_fronts(small_count(w), large_count(w))
+                                                       : make_fronts(0, 0);
+    unclaimed = units - unit_count(fronts);
+  }
+  g = tag;
+  large = large_count(fronts) - large_freed(m.remaining);
+  small = remaining_units(m.remaining) - unclaimed - 2 * large;
+  return true;
 }
 
 }  // namespace devmr::detail::heap

@@ -16,15 +16,40 @@ namespace devmr::detail::heap {
 inline constexpr unsigned slab_shift = 20;
 inline constexpr std::size_t slab_bytes = std::size_t{1} << slab_shift;
 
-/// Small blocks come from slabs of one size class: powers of two from 16 B to half a slab.
+/// Small blocks come in size classes: powers of two from 16 B to half a slab.
 inline constexpr unsigned min_block_shift = 4;
 inline constexpr unsigned max_small_shift = slab_shift - 1;
 inline constexpr unsigned num_classes = max_small_shift - min_block_shift + 1;
 inline constexpr std::size_t max_small_bytes = std::size_t{1} << max_small_shift;
 
-/// Blocks per slab of the smallest class: the size of a slab's bitmap in checked heaps.
+/// Two neighbouring classes share slabs: group g holds the blocks of class 2g (its small class)
+/// from the slab's start upwards and those of class 2g + 1 (its large class, twice the size) from
+/// the slab's end downwards, until the two fronts meet. A warp that frees blocks of every size
+/// from 16 B to 4 KiB then frees into five slabs, not nine: one atomic per slab (2^22 threads
+/// freeing mixed sizes: 0.43x of the floor with slabs of one class, 0.52x with blocks in five
+/// slabs; bench/RESULTS.md, seventeenth session).
+inline constexpr unsigned num_groups = num_classes / 2;
+static_assert(num_classes % 2 == 0);
+
+DEVMR_HOST_DEVICE constexpr unsigned group_of(unsigned cls) {
+  return cls / 2;
+}
+DEVMR_HOST_DEVICE constexpr bool is_large_class(unsigned cls) {
+  return (cls & 1u) != 0;
+}
+/// log2 of the size of group `g`'s small blocks: the unit its slabs are counted in.
+DEVMR_HOST_DEVICE constexpr unsigned unit_shift(unsigned g) {
+  return 2 * g + min_block_shift;
+}
+/// Units (small blocks) in a slab of group `g`; a large block takes two.
+DEVMR_HOST_DEVICE constexpr std::uint32_t group_units(unsigned g) {
+  return static_cast<std::uint32_t>(slab_bytes >> unit_shift(g));
+}
+
+/// Units per slab of the smallest group. A checked heap's bitmap of a slab has a bit for each
+/// small block, then one for each large block: half as many.
 inline constexpr std::size_t max_blocks_per_slab = slab_bytes >> min_block_shift;
-inline constexpr std::size_t check_words_per_slab = max_blocks_per_slab / 64;
+inline constexpr std::size_t check_words_per_slab = max_blocks_per_slab * 3 / 2 / 64;
 
 /// A heap holds at most this many arenas (grow in larger steps past that).
 inline constexpr unsigned max_arenas = 64;
@@ -44,8 +69,9 @@ inline constexpr unsigned slab_shards = 128;
 inline constexpr unsigned shard_scan_width = 8;
 static_assert(slab_shards % shard_scan_width == 0);
 
-/// A slab id names a slab by arena and index: arena in the top 6 bits, index in the low 26.
-inline constexpr unsigned arena_id_shift = 26;
+/// A slab id names a slab by arena and index: arena in bits 18-23, index in the low 18 bits, so
+/// that a slot word (see make_slot) holds an id in 24 bits.
+inline constexpr unsigned arena_id_shift = 18;
 inline constexpr std::uint32_t slab_index_mask = (std::uint32_t{1} << arena_id_shift) - 1;
 inline constexpr std::uint32_t no_slab = 0xffffffffu;
 
@@ -59,83 +85,97 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t index_of(std::uint32_t id) {
   return id & slab_index_mask;
 }
 
-/// What a slab's state word says it is. Values below num_classes are small-block classes.
+/// What a slab's state word says it is. Values below num_groups are groups of small blocks.
 enum slab_tag : std::uint32_t {
   tag_large = 0x80,  ///< first slab of a run that holds one large block
   tag_free = 0x81,   ///< first slab of a free run (on a stack, or being split)
   tag_body = 0x82,   ///< any later slab of a run; its head says what the run is
 };
 
-/// The state word of a slab: tag (bits 32-39) | count (low 32 bits). The count of a small slab
-/// is `open_count | slot` (see below) while its slot counts its claims, and the number of blocks
-/// it handed out once they end early; a slab used up in its slot keeps `open_count | slot`. Other
-/// slabs hold count 0.
-DEVMR_HOST_DEVICE constexpr std::uint64_t make_state(std::uint32_t tag, std::uint32_t count) {
-  return (std::uint64_t{tag & 0xffu} << 32) | count;
+/// The state word of a slab: tag (bits 56-63) | fields (low 41 bits). While a slot of its group
+/// counts a small slab's claims the fields are `open_state | slot`; once its claims end they are
+/// the blocks it handed out, as a slot word counts them (make_fronts). Other slabs hold 0.
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_state(std::uint32_t tag, std::uint64_t fields) {
+  return (std::uint64_t{tag & 0xffu} << 56) | fields;
 }
 DEVMR_HOST_DEVICE constexpr std::uint32_t state_tag(std::uint64_t s) {
-  return static_cast<std::uint32_t>(s >> 32) & 0xffu;
+  return static_cast<std::uint32_t>(s >> 56);
 }
-DEVMR_HOST_DEVICE constexpr std::uint32_t state_count(std::uint64_t s) {
-  return static_cast<std::uint32_t>(s);
+DEVMR_HOST_DEVICE constexpr std::uint64_t state_fields(std::uint64_t s) {
+  return s & ((std::uint64_t{1} << 56) - 1);
 }
+/// Marks the fields of a small slab's state while slot `fields & ~open_state` holds it: the blocks
+/// it handed out are in the slot's counts.
+inline constexpr std::uint64_t open_state = std::uint64_t{1} << 40;
 
-/// A current-slab slot: slab id (high 32 bits) | claim count (low 32 bits). A claim adds the
-/// blocks it wants to the whole word, one atomic: the value it gets back names the slab and the
-/// first block that is its own (none when the count is at or past the slab's capacity). Ids
-/// that name no slab (no_slab and the installing ids below) say that the slot has no slab to
-/// claim from. With a count of zero the slot is vacant: the claim whose addition finds the zero
-/// is the one that installs the next slab, with no other atomic to elect it; the claims behind
-/// it find a count above zero and wait for it. Whoever replaces such a value discards the count.
-/// A slab's count at exactly its capacity elects the same way: the claim that took its last
-/// blocks got all it wanted and installed nothing, and the claim that finds that value installs.
-inline constexpr std::uint64_t empty_slot = std::uint64_t{no_slab} << 32;
+/// A current-slab slot of a group: slab id (bits 40-63) | large blocks claimed (bits 20-39) |
+/// small blocks claimed (bits 0-19). A claim adds the blocks it wants of each class to the whole
+/// word, one atomic: the value it gets back names the slab and the first blocks that are its own,
+/// small ones from the slab's start, large ones from its end (none once the two fronts meet:
+/// `units` at or past the group's units). Ids that name no slab (empty_id and the installing ids
+/// below) say that the slot has no slab to claim from. With both counts zero the slot is vacant:
+/// the claim whose addition finds the zeros installs the next slab, with no other atomic to elect
+/// it; the claims behind it find counts above zero and wait for it. Whoever replaces such a value
+/// discards the counts. A slab whose fronts meet exactly elects the same way: the claim that
+/// took its last blocks got all it wanted and installed nothing, and the claim that finds that
+/// value installs. A claim that finds the fronts met adds once and then waits by loads, so that
+/// a count grows past the units by at most 32 blocks a warp: 20 bits hold 65536 units and every
+/// warp of the largest GPUs.
+inline constexpr unsigned slot_count_bits = 20;
+inline constexpr std::uint32_t slot_count_mask = (std::uint32_t{1} << slot_count_bits) - 1;
+inline constexpr unsigned slot_id_shift = 2 * slot_count_bits;
+/// The id of a slot with no slab.
+inline constexpr std::uint32_t empty_id = (std::uint32_t{1} << (64 - slot_id_shift)) - 1;
 /// Ids from `installing_first` to `installing_last` tell one installation from the next, so that
 /// the claims waiting for one see it end. A waiter that waited too long takes the installation
 /// over by swapping in the next id (they count down), and the others wait for it in turn: a
 /// stalled installer costs one slab more, not one per waiting warp. An installer that finds no
 /// slab leaves the slot vacant under the next id, and the waiters claim again.
-inline constexpr std::uint32_t installing_last = no_slab - 1;
-inline constexpr std::uint32_t installing_first = no_slab - ((std::uint32_t{1} << 16) - 1);
+inline constexpr std::uint32_t installing_last = empty_id - 1;
+inline constexpr std::uint32_t installing_first = empty_id - ((std::uint32_t{1} << 14) - 1);
 
-/// Slabs an arena may have: every slab id stays below the installing ids.
+/// Slabs an arena may have (240 GiB): every slab id stays below the installing ids.
 inline constexpr std::uint64_t max_slabs_per_arena =
-    (std::uint64_t{1} << arena_id_shift) - (std::uint64_t{1} << 16);
+    (std::uint64_t{1} << arena_id_shift) - (std::uint64_t{1} << 14);
 static_assert(((max_arenas - 1) << arena_id_shift | (max_slabs_per_arena - 1)) < installing_first);
 
-DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t id, std::uint32_t count) {
-  return (std::uint64_t{id} << 32) | count;
+/// The counts of a slot word (or of a closed slab's state): `small` | `large` << 20.
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_fronts(std::uint32_t small, std::uint32_t large) {
+  return std::uint64_t{small} | (std::uint64_t{large} << slot_count_bits);
+}
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_slot(std::uint32_t id,
+                                                    std::uint32_t small,
+                                                    std::uint32_t large = 0) {
+  return (std::uint64_t{id} << slot_id_shift) | make_fronts(small, large);
 }
 DEVMR_HOST_DEVICE constexpr std::uint32_t slot_id(std::uint64_t w) {
-  return static_cast<std::uint32_t>(w >> 32);
+  return static_cast<std::uint32_t>(w >> slot_id_shift);
 }
-DEVMR_HOST_DEVICE constexpr std::uint32_t slot_count(std::uint64_t w) {
-  return static_cast<std::uint32_t>(w);
+/// Small blocks counted (in a slot word, or a closed slab's state).
+DEVMR_HOST_DEVICE constexpr std::uint32_t small_count(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w) & slot_count_mask;
+}
+/// Large blocks counted.
+DEVMR_HOST_DEVICE constexpr std::uint32_t large_count(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w >> slot_count_bits) & slot_count_mask;
+}
+/// Units counted: a large block takes two.
+DEVMR_HOST_DEVICE constexpr std::uint32_t unit_count(std::uint64_t w) {
+  return small_count(w) + 2 * large_count(w);
 }
 /// True when a slot's id names a slab.
 DEVMR_HOST_DEVICE constexpr bool is_slab(std::uint32_t id) {
   return id < installing_first;
 }
-/// True when slot value `w` is vacant: no slab, and no claim since (see empty_slot).
+/// True when slot value `w` is vacant: no slab, and no claim since (see make_fronts).
 DEVMR_HOST_DEVICE constexpr bool is_vacant(std::uint64_t w) {
-  return !is_slab(slot_id(w)) && slot_count(w) == 0;
+  return !is_slab(slot_id(w)) && unit_count(w) == 0;
 }
 /// The installing id that takes over from `id` (an installing id, a used-up slab, or empty).
 DEVMR_HOST_DEVICE constexpr std::uint32_t next_installer(std::uint32_t id) {
   return id > installing_first && id <= installing_last ? id - 1 : installing_last;
 }
-
-/// Marks the count of a small slab's state while slot `count & ~open_count` of its class holds
-/// it: the blocks it handed out are in the slot's count (all of them, once the slot names
-/// another slab or counts past the capacity; see handed_out).
-inline constexpr std::uint32_t open_count = std::uint32_t{1} << 30;
-
-/// How many blocks slab `id`, whose state says slot value `w`'s slot holds it, has handed out.
-DEVMR_HOST_DEVICE constexpr std::uint32_t handed_out(std::uint64_t w,
-                                                     std::uint32_t id,
-                                                     std::uint32_t capacity) {
-  return slot_id(w) == id && slot_count(w) < capacity ? slot_count(w) : capacity;
-}
+inline constexpr std::uint64_t empty_slot = make_slot(empty_id, 0);
 
 /// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
 inline constexpr std::uint64_t empty_stack = no_slab;
@@ -144,17 +184,33 @@ inline constexpr std::uint64_t empty_stack = no_slab;
 /// flag in what is left, and returns the run to a stack without reading the slab's state.
 inline constexpr std::uint32_t large_run_flag = std::uint32_t{1} << 31;
 
+/// What freeing `small` small and `large` large blocks of a group's slab subtracts from its
+/// `remaining`: the units in the low 32 bits, the large blocks in the high 32 bits.
+DEVMR_HOST_DEVICE constexpr std::uint64_t freed_blocks(std::uint32_t small, std::uint32_t large) {
+  return std::uint64_t{small + 2 * large} | (std::uint64_t{large} << 32);
+}
+/// The units of a `remaining` count not given back yet (or, for a large run, its flag and count).
+DEVMR_HOST_DEVICE constexpr std::uint32_t remaining_units(std::uint64_t r) {
+  return static_cast<std::uint32_t>(r);
+}
+/// The large blocks freed since a slab was formatted, from its `remaining` count (whose high half
+/// counts down from zero).
+DEVMR_HOST_DEVICE constexpr std::uint32_t large_freed(std::uint64_t r) {
+  return 0u - static_cast<std::uint32_t>(r >> 32);
+}
+
 /// Metadata of one slab, kept apart from the slab's memory. One 128-byte line per slab (0.012% of
 /// the slab): frees of neighbouring slabs, which a warp's blocks often are, then do not queue on
 /// one line at the L2 (measured on the H200: free rows at 2^22 threads +0.02x to +0.04x of the
 /// floor against 32-byte entries).
 struct alignas(128) slab_meta {
   std::uint64_t state;      ///< see make_state; updated atomically
-  std::uint32_t remaining;  ///< blocks not yet freed (capacity at format; for a large run,
-                            ///< large_run_flag | 1)
+  std::uint64_t remaining;  ///< units not freed nor given back, low 32 bits (the group's units at
+                            ///< format; for a large run, large_run_flag | 1), and minus the large
+                            ///< blocks freed, high 32 bits (see freed_blocks)
   std::uint32_t next;       ///< the run below this one on its free stack
   std::uint32_t length;     ///< run length in slabs (heads of runs only; small slabs leave it)
-  std::uint32_t unused[27];
+  std::uint32_t unused[26];
 };
 static_assert(sizeof(slab_meta) == 128);
 
@@ -205,6 +261,11 @@ struct alignas(128) padded_word {
   std::uint64_t value;
 };
 
+/// The slot words of one slot, one per group, alone in their line.
+struct alignas(128) slot_line {
+  std::uint64_t groups[num_groups];
+};
+
 /// Everything kernels need, in device-accessible memory; a slab_ref points at it.
 struct heap_header {
   arena_desc arenas[max_arenas];
@@ -226,11 +287,10 @@ struct heap_header {
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.
   std::uint32_t empty_cursor[max_slots];
-  /// Current-slab slots (see make_slot), by slot, then class: the words that one SM's claims add
+  /// Current-slab slots (see make_slot), by slot, then group: the words that one SM's claims add
   /// to share a line, which no other SM's claims touch (see slot_word_of).
-  alignas(128) std::uint64_t slots[max_slots][num_classes];
+  slot_line slots[max_slots];
 };
-static_assert(num_classes * sizeof(std::uint64_t) == 128);  // one line of slots per SM
 
 /// Slabs in the published arenas of `h`.
 DEVMR_HOST_DEVICE inline std::uint64_t heap_slabs(heap_header const& h) {
@@ -241,17 +301,17 @@ DEVMR_HOST_DEVICE inline std::uint64_t heap_slabs(heap_header const& h) {
   return slabs;
 }
 
-/// The slot word of class `cls` in slot `slot`.
-DEVMR_HOST_DEVICE inline std::uint64_t& slot_word_of(heap_header& h, unsigned cls, unsigned slot) {
-  return h.slots[slot][cls];
+/// The slot word of group `g` in slot `slot`.
+DEVMR_HOST_DEVICE inline std::uint64_t& slot_word_of(heap_header& h, unsigned g, unsigned slot) {
+  return h.slots[slot].groups[g];
 }
 DEVMR_HOST_DEVICE inline std::uint64_t slot_word_of(heap_header const& h,
-                                                    unsigned cls,
+                                                    unsigned g,
                                                     unsigned slot) {
-  return h.slots[slot][cls];
+  return h.slots[slot].groups[g];
 }
 
-/// Capacity in blocks of a slab of class `cls`.
+/// Blocks of class `cls` that a slab holds when it holds no other class.
 DEVMR_HOST_DEVICE constexpr std::uint32_t class_capacity(unsigned cls) {
   return static_cast<std::uint32_t>(slab_bytes >> (cls + min_block_shift));
 }

@@ -129,11 +129,16 @@ __global__ void verify_all(void* const* blocks,
   }
 }
 
+/// Frees every block with the size and alignment it was allocated with (which say its class).
 template <class Ref>
-__global__ void free_all(Ref ref, void* const* blocks, std::size_t const* sizes, std::uint32_t n) {
+__global__ void free_all(Ref ref,
+                         void* const* blocks,
+                         std::size_t const* sizes,
+                         std::uint32_t n,
+                         std::size_t alignment = 16) {
   std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) {
-    ref.deallocate(blocks[i], sizes[i]);
+    ref.deallocate(blocks[i], sizes[i], alignment);
   }
 }
 
@@ -272,7 +277,7 @@ void allocate_verify_free(Heap& heap,
   auto in_use = heap.stats();
   CHECK(in_use.blocks_in_use == table.n);
   check_use(in_use, expected_use{table.n, fixed, alignment});
-  free_all<<<table.grid(), 256>>>(ref, table.blocks, table.sizes, table.n);
+  free_all<<<table.grid(), 256>>>(ref, table.blocks, table.sizes, table.n, alignment);
   CUDA_CHECK(cudaDeviceSynchronize());
   auto const after = heap.stats();
   CHECK(after.blocks_in_use == 0);

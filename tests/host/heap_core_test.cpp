@@ -268,27 +268,27 @@ TEST_CASE("one claim serves both classes of a group from the two ends of one sla
   host_heap heap{{4}, false};
   auto core = heap.core();
   unsigned const g = 6;  // 64 KiB and 128 KiB blocks: 16 units a slab
-  pair_claim const first = core.claim_pair(g, 0, 3, 2, 0, core.arena(0));
-  REQUIRE(first.small_count == 3);
-  REQUIRE(first.large_count == 2);
+  pair_claim const first = core.claim_pair(g, 0, 3 | 2 << 16, 0, core.arena(0));
+  REQUIRE(first.small_count() == 3);
+  REQUIRE(first.large_count() == 2);
   std::uint32_t id = 0;
   std::size_t offset = 0;
-  REQUIRE(core.locate(first.small, id, offset));
+  REQUIRE(core.locate(first.small_block(0, 16), id, offset));
   CHECK(offset == 0);
-  REQUIRE(core.locate(first.large, id, offset));
+  REQUIRE(core.locate(first.large_block(0, 17), id, offset));
   CHECK(offset == slab_bytes - 2 * (128u << 10));
   CHECK(slot_word_of(heap.header(), g, 0) == make_slot(id, 3, 2));
   // 16 units: 3 + 2 * 2 = 7 out; a claim of 3 small and 4 large finds 9 left: it takes its 3
   // small blocks and 3 large ones (the fronts meet), records what the slab handed out, and
   // installs the next slab for its last large block.
-  pair_claim const second = core.claim_pair(g, 0, 3, 4, 0, core.arena(0));
-  CHECK(second.small_count == 3);
-  CHECK(second.large_count == 3);
+  pair_claim const second = core.claim_pair(g, 0, 3 | 4 << 16, 0, core.arena(0));
+  CHECK(second.small_count() == 3);
+  CHECK(second.large_count() == 3);
   std::uint32_t second_id = 0;
-  REQUIRE(core.locate(second.small, second_id, offset));
+  REQUIRE(core.locate(second.small_block(0, 16), second_id, offset));
   CHECK(second_id == id);
   CHECK(offset == 3 * (64u << 10));
-  REQUIRE(core.locate(second.large, second_id, offset));
+  REQUIRE(core.locate(second.large_block(0, 17), second_id, offset));
   CHECK(offset == slab_bytes - 5 * (128u << 10));
   CHECK(heap.header().arenas[0].meta[index_of(id)].state == make_state(g, make_fronts(6, 5)));
   std::uint64_t const next = slot_word_of(heap.header(), g, 0);
@@ -298,12 +298,12 @@ TEST_CASE("one claim serves both classes of a group from the two ends of one sla
   // The claims' blocks: sizeless frees find their class from the recorded fronts, sized ones
   // from the size.
   for (std::uint32_t i = 0; i < 3; ++i) {
-    core.free_one(first.small + i * (64u << 10), 0);
-    core.free_one(second.small + i * (64u << 10), 0, 64u << 10);
-    core.free_one(second.large + i * (128u << 10), 0);
+    core.free_one(first.small_block(0, 16) + i * (64u << 10), 0);
+    core.free_one(second.small_block(0, 16) + i * (64u << 10), 0, 64u << 10);
+    core.free_one(second.large_block(0, 17) + i * (128u << 10), 0);
   }
   for (std::uint32_t i = 0; i < 2; ++i) {
-    core.free_one(first.large + i * (128u << 10), 0, 128u << 10);
+    core.free_one(first.large_block(0, 17) + i * (128u << 10), 0, 128u << 10);
   }
   CHECK(heap.blocks_in_use() == 0);
   CHECK(heap.header().arenas[0].empty_bits[0] == std::uint64_t{1} << index_of(id));
@@ -837,22 +837,23 @@ void churn(host_heap& heap,
       std::uint32_t large = small == 0 ? 1 + random() % 16 : random() % 17;
       std::size_t const unit = std::size_t{1} << unit_shift(g);
       while (small + large > 0) {
-        pair_claim const got = core.claim_pair(g, slot, small, large, thread, core.arena(0));
-        if (got.small_count + got.large_count == 0) {
+        pair_claim const got = core.claim_pair(g, slot, small | large << 16, thread, core.arena(0));
+        if (got.small_count() + got.large_count() == 0) {
           break;
         }
-        for (std::uint32_t i = 0; i < got.small_count + got.large_count; ++i) {
-          bool const is_large = i >= got.small_count;
+        for (std::uint32_t i = 0; i < got.small_count() + got.large_count(); ++i) {
+          bool const is_large = i >= got.small_count();
           std::size_t const bytes = is_large ? 2 * unit : unit;
-          void* p = is_large ? got.large + (i - got.small_count) * bytes : got.small + i * bytes;
+          void* p = is_large ? got.large_block(i - got.small_count(), unit_shift(g) + 1)
+                             : got.small_block(i, unit_shift(g));
           if (!granules.take(p)) {
             ++errors;
           }
           live.emplace_back(tag_block(p, bytes, ++tag), bytes);
         }
-        handed_out += got.small_count + got.large_count;
-        small -= got.small_count;
-        large -= got.large_count;
+        handed_out += got.small_count() + got.large_count();
+        small -= got.small_count();
+        large -= got.large_count();
       }
       continue;
     }
@@ -1086,10 +1087,10 @@ TEST_CASE_METHOD(one_slot<4>,
   REQUIRE(core.locate(got.first, taker, offset));
   // The stalled installer comes back and publishes its own slab over the taker's, which has
   // handed out 3 blocks: it is closed with that count, its other blocks given back.
-  pair_claim const late = core.install(group_of(cls), 0, 1, 0, 0, core.arena(0));
-  REQUIRE(late.small_count == 1);
+  pair_claim const late = core.install(group_of(cls), 0, 1, 0, core.arena(0));
+  REQUIRE(late.small_count() == 1);
   std::uint32_t installer = 0;
-  REQUIRE(core.locate(late.small, installer, offset));
+  REQUIRE(core.locate(late.small_block(0, cls + min_block_shift), installer, offset));
   CHECK(installer != taker);
   CHECK(slot == make_slot(installer, 1));
   CHECK(heap.blocks_in_use() == 4);
@@ -1099,7 +1100,7 @@ TEST_CASE_METHOD(one_slot<4>,
     core.free_one(got.first + i * class_bytes(cls), 0);
   }
   CHECK(empty == std::uint64_t{1} << index_of(taker));  // closed: its last free empties it
-  core.free_one(late.small, 0);
+  core.free_one(late.small_block(0, cls + min_block_shift), 0);
   CHECK(heap.blocks_in_use() == 0);
   CHECK(small_count(slot) < capacity);
 }

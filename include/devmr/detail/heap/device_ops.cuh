@@ -43,12 +43,6 @@ __device__ __forceinline__ void release_fence() {
                     (cuda::atomic_thread_fence(release, cuda::thread_scope_device);))
 }
 
-/// `p` as lane `leader` of `peers` holds it, for each of them.
-__device__ __forceinline__ std::byte* broadcast(unsigned peers, std::byte* p, unsigned leader) {
-  return reinterpret_cast<std::byte*>(
-      __shfl_sync(peers, reinterpret_cast<unsigned long long>(p), leader));
-}
-
 /// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
 /// `arena0` and `checked`: arena 0's entry and the heap's flag, as the slab_ref carries them (a
 /// kernel's parameters: no load).
@@ -84,49 +78,39 @@ __device__ inline void* device_allocate(heap_header* h,
   unsigned const larges = __ballot_sync(active, large) & peers;
   unsigned const lane = lane_id();
   unsigned const leader = __ffs(peers) - 1;
-  unsigned const rank = __popc((large ? larges : peers & ~larges) & lanes_below());
-  unsigned const want_small = __popc(peers & ~larges);
-  unsigned const want_large = __popc(larges);
+  // This lane's place among the blocks of its class that the peers still want.
+  unsigned place = __popc((large ? larges : peers & ~larges) & lanes_below());
   unsigned const sm = sm_id();
   unsigned const slot = sm & h->slot_mask;
 
   std::byte* mine = nullptr;
-  unsigned served_small = 0;
-  unsigned served_large = 0;
-  // Uniform across peers: every value below is broadcast.
-  while (served_small < want_small || served_large < want_large) {
-    pair_claim got{nullptr, nullptr, 0, 0};
+  // Blocks the peers still want, small | large << 16 (uniform across peers: every value below
+  // is broadcast).
+  unsigned rest = __popc(peers & ~larges) | __popc(larges) << 16;
+  while (rest != 0) {
+    pair_claim got{nullptr, 0, 0};
     if (lane == leader) {
-      got = core.claim_pair(group_of(cls), slot, want_small - served_small,
-                            want_large - served_large, sm, arena0);
+      got = core.claim_pair(group_of(cls), slot, rest, sm, arena0);
     }
-    unsigned const counts = __shfl_sync(peers, got.small_count | got.large_count << 16, leader);
-    if (counts == 0) {
+    got.counts = __shfl_sync(peers, got.counts, leader);
+    if (got.counts == 0) {
       break;
     }
-    // The first block of each class the peers want (one shuffle when they all want one class).
-    std::byte* first = nullptr;
-    if (larges != peers) {
-      first = broadcast(peers, got.small, leader);
+    got.fronts = __shfl_sync(peers, got.fronts, leader);
+    got.slab = reinterpret_cast<std::byte*>(
+        __shfl_sync(peers, reinterpret_cast<unsigned long long>(got.slab), leader));
+    unsigned const count = large ? got.large_count() : got.small_count();
+    if (place < count) {
+      mine = large ? got.large_block(place, shift) : got.small_block(place, shift);
     }
-    if (larges != 0) {
-      std::byte* const from_end = broadcast(peers, got.large, leader);
-      first = large ? from_end : first;
-    }
-    unsigned const served = large ? served_large : served_small;
-    unsigned const count = large ? counts >> 16 : counts & 0xffffu;
-    if (rank >= served && rank < served + count) {
-      mine = first + (std::size_t{rank - served} << shift);
-    }
-    served_small += counts & 0xffffu;
-    served_large += counts >> 16;
+    place -= count;  // past the blocks served (wraps once this lane has its block: none again)
+    rest -= got.counts;
   }
   // Memory ordering among the peers (shuffles give none): the leader's claims, acquires, happen
   // before every peer's use of its block.
   __syncwarp(peers);
-  unsigned const wanted = want_small + want_large;
-  if (served_small + served_large < wanted && lane == leader) {
-    atomic(h->counters.failed_allocations).fetch_add(wanted - served_small - served_large, relaxed);
+  if (rest != 0 && lane == leader) {
+    atomic(h->counters.failed_allocations).fetch_add((rest & 0xffffu) + (rest >> 16), relaxed);
   }
   if (mine != nullptr && checked) {
     std::uint32_t id = 0;

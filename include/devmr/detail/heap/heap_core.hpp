@@ -63,9 +63,9 @@ inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
 /// result nobody waits for (the generic atomic of atomic_ref makes a gather of the whole 24 GiB
 /// heap, one count per slab, 6.45 ms instead of 5.67; bench/RESULTS.md). On the host the AND
 /// acquires itself: ThreadSanitizer, which the host tests run under, does not see fences.
-DEVMR_HOST_DEVICE inline void clear_count(std::uint64_t& word) {
+DEVMR_HOST_DEVICE inline void clear_count(std::uint32_t& word) {
 #if DEVMR_IS_DEVICE_CODE
-  asm volatile("red.relaxed.gpu.global.and.b64 [%0], 0;"
+  asm volatile("red.relaxed.gpu.global.and.b32 [%0], 0;"
                :
                : "l"(__cvta_generic_to_global(&word))
                : "memory");
@@ -90,6 +90,11 @@ DEVMR_HOST_DEVICE T read_only(T const& word) {
 #endif
 }
 
+/// What a claim of `want` blocks (small | large << 16) adds to a slot word.
+DEVMR_HOST_DEVICE constexpr std::uint64_t wanted_fronts(std::uint32_t want) {
+  return make_fronts(want & 0xffffu, want >> 16);
+}
+
 /// The class of blocks of `size` bytes (at most max_small_bytes; the larger of size and
 /// alignment).
 DEVMR_HOST_DEVICE inline unsigned class_of_size(std::size_t size) {
@@ -108,13 +113,26 @@ struct claim_result {
   std::uint32_t count;
 };
 
-/// Blocks a claim for both classes of a group obtained: `small_count` consecutive small blocks
-/// from `small` up, and `large_count` consecutive large blocks from `large` up.
+/// Blocks a claim for both classes of a group obtained, packed so that kernels broadcast them in
+/// few registers: consecutive small blocks from the `fronts & 0xffff`th of slab `slab` up, and
+/// consecutive large blocks up to the `fronts >> 16`th from its end (large blocks are counted
+/// from the end, the claim's last is its lowest).
 struct pair_claim {
-  std::byte* small;
-  std::byte* large;
-  std::uint32_t small_count;
-  std::uint32_t large_count;
+  std::byte* slab;       ///< nullptr: no block
+  std::uint32_t fronts;  ///< small blocks of the slab before this claim's | large ones out after
+                         ///< it << 16
+  std::uint32_t counts;  ///< small blocks | large blocks << 16
+
+  DEVMR_HOST_DEVICE std::uint32_t small_count() const { return counts & 0xffffu; }
+  DEVMR_HOST_DEVICE std::uint32_t large_count() const { return counts >> 16; }
+  /// The claim's `i`th small block; `shift`: log2 of its size.
+  DEVMR_HOST_DEVICE std::byte* small_block(std::uint32_t i, unsigned shift) const {
+    return slab + (std::size_t{(fronts & 0xffffu) + i} << shift);
+  }
+  /// The claim's `i`th large block from the lowest; `shift`: log2 of its size.
+  DEVMR_HOST_DEVICE std::byte* large_block(std::uint32_t i, unsigned shift) const {
+    return slab + slab_bytes - (std::size_t{(fronts >> 16) - i} << shift);
+  }
 };
 
 /// Whether a claim made its slab's fronts meet (and so ended its claims), and if so whether it
@@ -201,7 +219,7 @@ class heap_core {
 
   // ---- small blocks -------------------------------------------------------------------------
 
-  /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot` (host paths and tests;
+  /// Claims up to `want` (> 0, < 65536) blocks of class `cls` through slot `slot` (host paths and tests;
   /// kernels claim for both classes of a group at once, claim_pair). Returns fewer when the
   /// current slab runs out (the caller claims the rest with another call), none when the heap
   /// has no slab left for the class's group. `hint` spreads stack traffic (the SM on the device).
@@ -211,50 +229,51 @@ class heap_core {
                                        unsigned hint) const {
     bool const large = is_large_class(cls);
     pair_claim const got =
-        claim_pair(group_of(cls), slot, large ? 0 : want, large ? want : 0, hint, arena(0));
-    return large ? claim_result{got.large, got.large_count}
-                 : claim_result{got.small, got.small_count};
+        claim_pair(group_of(cls), slot, large ? want << 16 : want, hint, arena(0));
+    unsigned const shift = cls + min_block_shift;
+    return large ? claim_result{got.large_block(0, shift), got.large_count()}
+                 : claim_result{got.small_block(0, shift), got.small_count()};
   }
 
-  /// Claims up to `small` blocks of group `g`'s small class and `large` of its large class
-  /// (together > 0) through slot `slot`, with one atomic. Returns fewer when the current slab
-  /// runs out, none when the heap has no slab left for the group. `first`: arena 0's entry,
-  /// which the caller has at hand (read ahead: see arena()).
+  /// Claims up to the blocks that `want` counts (small ones of group `g`'s small class | large
+  /// ones of its large class << 16; not none) through slot `slot`, with one atomic.
+  /// Returns fewer when the current slab runs out, none when the heap has no slab left for the
+  /// group. `first`: arena 0's entry, which the caller has at hand (read ahead: see arena()).
   DEVMR_HOST_DEVICE pair_claim claim_pair(unsigned g,
                                           unsigned slot,
-                                          std::uint32_t small,
-                                          std::uint32_t large,
+                                          std::uint32_t want,
                                           unsigned hint,
                                           arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, g, slot));
     std::uint32_t const units = group_units(g);
-    std::uint64_t const want = make_fronts(small, large);
     // acquire: pairs with the release that published the slot's slab (install), whose release
     // sequence the other claims' additions continue: the slab's formatting, and the frees of its
     // previous life, happen before its blocks are used.
-    std::uint64_t seen = slot_word.fetch_add(want, acquire);
+    std::uint64_t seen = slot_word.fetch_add(wanted_fronts(want), acquire);
     for (;;) {
       claim_end end = claim_end::none;
-      pair_claim const got = take_blocks(seen, small, large, g, end, first);
+      pair_claim const got = take_blocks(seen, want, g, end, first);
       if (end == claim_end::wants_more) {
+        give_back_units(slot_id(seen), units - unit_count(seen) - got.small_count() -
+                                           2 * got.large_count());
         // This claim made the fronts meet and still wants blocks: it installs the next slab
         // now, and the claims behind it wait for it as for an installing id. A claim that got
         // all it wanted installs nothing: the first claim that finds the fronts met does, if one
         // ever comes (at the end of a kernel, an install nobody needed held up the warp that
         // used the slab up).
-        if (got.small_count + got.large_count == 0) {
-          return install(g, slot, small, large, hint, first);
+        if (got.counts == 0) {
+          return install(g, slot, want, hint, first);
         }
-        install(g, slot, 0, 0, hint, first);
+        install(g, slot, 0, hint, first);
         return got;
       }
-      if (got.small_count + got.large_count != 0) {
+      if (got.counts != 0) {
         return got;
       }
       // The first claim since the slot lost its slab, or since a claim took its last blocks and
       // all it wanted, installs: its addition found the counts at zero or the fronts just met.
       if (is_vacant(seen) || just_used_up(seen, units)) {
-        return install(g, slot, small, large, hint, first);
+        return install(g, slot, want, hint, first);
       }
       // The slab is used up and another claim installs the next (see above), or the next is
       // being installed. Wait for the installer, but never without bound: after a while one
@@ -263,27 +282,29 @@ class heap_core {
       std::uint32_t const id = slot_id(seen);
       seen = wait_for_install(slot_word, seen, units);
       if (still_waiting(seen, id, units) && take_over(slot_word, seen, id, units)) {
-        return install(g, slot, small, large, hint, first);
+        return install(g, slot, want, hint, first);
       }
-      seen = slot_word.fetch_add(want, acquire);  // installed, or taken over: claim again
+      seen = slot_word.fetch_add(wanted_fronts(want), acquire);  // installed, or taken over
     }
   }
 
-  /// What a claim of `small` and `large` blocks of group `g` got from slot value `seen`, the value
-  /// its addition replaced: nothing when it names no slab or one whose fronts met. A claim whose
-  /// addition makes the fronts meet ends the slab's claims (end_claims): it alone knows exactly
-  /// what the slab handed out. `end` says whether it did, and whether it still wants blocks.
+  /// What a claim of the blocks of group `g` that `want` counts got from slot value `seen`, the
+  /// value its addition replaced: nothing when it names no slab or one whose fronts met. A claim
+  /// whose addition makes the fronts meet ends the slab's claims (end_claims): it alone knows
+  /// exactly what the slab handed out. `end` says whether it did, and whether it still wants
+  /// blocks.
   DEVMR_HOST_DEVICE pair_claim take_blocks(std::uint64_t seen,
-                                           std::uint32_t small,
-                                           std::uint32_t large,
+                                           std::uint32_t want,
                                            unsigned g,
                                            claim_end& end,
                                            arena_view const& first) const {
+    std::uint32_t const small = want & 0xffffu;
+    std::uint32_t const large = want >> 16;
     std::uint32_t const id = slot_id(seen);
     std::uint32_t const units = group_units(g);
     std::uint32_t const used = unit_count(seen);
     if (!is_slab(id) || used >= units) {
-      return {nullptr, nullptr, 0, 0};
+      return {nullptr, 0, 0};
     }
     // Small blocks first: a claim of both classes that finds too few units left takes every
     // small block it wants that fits, then the large ones that still fit.
@@ -291,28 +312,35 @@ class heap_core {
     std::uint32_t const s = small < left ? small : left;
     std::uint32_t const l = large < (left - s) / 2 ? large : (left - s) / 2;
     std::uint32_t const large_end = large_count(seen) + l;  // large blocks out, from the end
-    unsigned const shift = unit_shift(g);
-    std::byte* const slab = data(id, first);
     if (small + 2 * large >= left) {
+      // The slab's state records what it handed out; a claim that wants more gives back the
+      // units left between the fronts, if any (give_back_units), before it installs.
       end = small + 2 * large > left ? claim_end::wants_more : claim_end::got_all;
-      end_claims(id, g, make_fronts(small_count(seen) + s, large_end), left - s - 2 * l);
+      atomic(meta(id, first).state)
+          .store(make_state(g, make_fronts(small_count(seen) + s, large_end)), relaxed);
     }
-    return {slab + (std::size_t{small_count(seen)} << shift),
-            slab + slab_bytes - (std::size_t{large_end} << (shift + 1)), s, l};
+    return {data(id, first), small_count(seen) | large_end << 16, s | l << 16};
   }
 
   /// Ends the claims on slab `id` of group `g`, which handed out the blocks that `fronts` counts
   /// (make_fronts): its state records them, and the `unclaimed` units between the fronts go back,
   /// so that it is recycled once its blocks are freed. The state comes first: until the units go
-  /// back the slab cannot be recycled, so the state is still this life's. Out of line: it runs
-  /// once a slab, and its registers would count against every claim.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE void end_claims(std::uint32_t id,
-                                                   unsigned g,
-                                                   std::uint64_t fronts,
-                                                   std::uint32_t unclaimed) const {
+  /// back the slab cannot be recycled, so the state is still this life's. (Out of line, a call
+  /// from take_blocks took the allocating kernel from 64 registers to 70.)
+  DEVMR_HOST_DEVICE void end_claims(std::uint32_t id,
+                                    unsigned g,
+                                    std::uint64_t fronts,
+                                    std::uint32_t unclaimed) const {
     atomic(meta(id).state).store(make_state(g, fronts), relaxed);
-    if (unclaimed != 0) {
-      free_blocks(id, freed_blocks(unclaimed, 0), 0, arena(0));
+    give_back_units(id, unclaimed);
+  }
+
+  /// Gives back `unclaimed` units of slab `id` of a group, as frees do (see free_blocks); a
+  /// group's slab is never a large run.
+  DEVMR_HOST_DEVICE void give_back_units(std::uint32_t id, std::uint32_t unclaimed) const {
+    if (unclaimed != 0 &&
+        remaining_units(atomic(meta(id).remaining).fetch_sub(unclaimed, release)) == unclaimed) {
+      mark_empty(id);
     }
   }
 
@@ -338,15 +366,13 @@ class heap_core {
   /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
   DEVMR_HOST_DEVICE pair_claim install(unsigned g,
                                        unsigned slot,
-                                       std::uint32_t small,
-                                       std::uint32_t large,
+                                       std::uint32_t want,
                                        unsigned hint,
                                        arena_view const& first) const {
-    bool const wants = small + large != 0;
-    std::uint32_t id = acquire_run(1, hint, wants ? g : num_groups);
-    if (id == no_slab && wants) {
-      pair_claim const got = steal(g, slot, small, large);
-      if (got.small_count + got.large_count != 0) {
+    std::uint32_t id = acquire_run(1, hint, want != 0 ? g : num_groups);
+    if (id == no_slab && want != 0) {
+      pair_claim const got = steal(g, slot, want);
+      if (got.counts != 0) {
         give_up(slot, g);
         return got;
       }
@@ -354,16 +380,17 @@ class heap_core {
     }
     if (id == no_slab) {
       give_up(slot, g);
-      return {nullptr, nullptr, 0, 0};
+      return {nullptr, 0, 0};
     }
     // At most all units but one, so that the slab published has room left for the next claim.
     // (With its fronts met at once, it would make that claim install again: see claim_pair.)
     std::uint32_t const units = group_units(g);
+    std::uint32_t const small = want & 0xffffu;
+    std::uint32_t const large = want >> 16;
     std::uint32_t const s = small < units ? small : units - 1;
     std::uint32_t const l = large < (units - 1 - s) / 2 ? large : (units - 1 - s) / 2;
     publish(g, slot, id, s, l, first);
-    std::byte* const slab = data(id, first);
-    return {slab, slab + slab_bytes - (std::size_t{l} << (unit_shift(g) + 1)), s, l};
+    return {data(id, first), l << 16, s | l << 16};
   }
 
   /// Gives slot `slot` of group `g` slab `id` (no_slab: one that it searches for) while the
@@ -383,7 +410,7 @@ class heap_core {
       return;
     }
     if (id == no_slab) {
-      install(g, slot, 0, 0, hint, arena(0));
+      install(g, slot, 0, hint, arena(0));
     } else {
       publish(g, slot, id, 0, 0, arena(0));
     }
@@ -425,7 +452,7 @@ class heap_core {
   /// caller issued a release fence since its frees' last writes (the device path, so that the
   /// fence overlaps its load of the pointer).
   DEVMR_HOST_DEVICE void free_blocks(std::uint32_t id,
-                                     std::uint64_t count,
+                                     std::uint32_t count,
                                      unsigned hint,
                                      arena_view const& first,
                                      cuda::std::memory_order order = release) const {
@@ -434,7 +461,7 @@ class heap_core {
   /// `m`: slab `id`'s metadata, which the caller has at hand.
   DEVMR_HOST_DEVICE void free_blocks(slab_meta& m,
                                      std::uint32_t id,
-                                     std::uint64_t count,
+                                     std::uint32_t count,
                                      unsigned hint,
                                      cuda::std::memory_order order = release) const {
     // release (or, relaxed, after the caller's release fence: see device_deallocate): the
@@ -444,7 +471,7 @@ class heap_core {
     // large run has one block, whose free is this one: the release of its push orders it.
     std::uint32_t const left =
         remaining_units(atomic(m.remaining).fetch_sub(count, order)) - remaining_units(count);
-    if (left == large_run_flag) {
+    if (left == large_run_left) {
       retire(id, hint);
     } else if (left == 0) {
       mark_empty(id);
@@ -514,7 +541,7 @@ class heap_core {
     }
     slab_meta& m = meta(id);
     atomic(m.length).store(static_cast<std::uint32_t>(slabs), relaxed);
-    atomic(m.remaining).store(std::uint64_t{large_run_flag | 1u}, relaxed);
+    atomic(m.remaining).store(large_run_count, relaxed);
     // release: a checked free, which acquires the state, sees the run's count.
     atomic(m.state).store(make_state(tag_large, 0), release);
     return data(id);
@@ -573,9 +600,9 @@ class heap_core {
       if (offset != 0) {
         return count_misuse(h_->counters.invalid_frees);
       }
-      std::uint64_t expected = large_run_flag | 1u;
+      std::uint32_t expected = large_run_count;
       if (!atomic(m.remaining)
-               .compare_exchange_strong(expected, large_run_flag, acq_rel, relaxed)) {
+               .compare_exchange_strong(expected, large_run_left, acq_rel, relaxed)) {
         return count_misuse(h_->counters.double_frees);
       }
       retire(id, hint);
@@ -1079,11 +1106,9 @@ class heap_core {
   /// A claim that uses such a slab up leaves its slot vacant (there is no slab to install).
   DEVMR_HOST_DEVICE DEVMR_NOINLINE pair_claim steal(unsigned g,
                                                     unsigned own,
-                                                    std::uint32_t small,
-                                                    std::uint32_t large) const {
+                                                    std::uint32_t want) const {
     std::uint32_t const slots = slots_in_use();
     std::uint32_t const units = group_units(g);
-    std::uint64_t const want = make_fronts(small, large);
     arena_view const first = arena(0);
     for (std::uint32_t s = 0; s < slots; ++s) {
       auto slot_word = atomic(slot_word_of(*h_, g, s));
@@ -1092,19 +1117,23 @@ class heap_core {
         continue;  // empty, being installed or used up: nothing to take
       }
       // acquire: as a claim's (see claim_pair).
-      std::uint64_t const seen = slot_word.fetch_add(want, acquire);
+      std::uint64_t const seen = slot_word.fetch_add(wanted_fronts(want), acquire);
       claim_end end = claim_end::none;
-      pair_claim const got = take_blocks(seen, small, large, g, end, first);
+      pair_claim const got = take_blocks(seen, want, g, end, first);
+      if (end == claim_end::wants_more) {
+        give_back_units(slot_id(seen), units - unit_count(seen) - got.small_count() -
+                                           2 * got.large_count());
+      }
       // A claim that made the fronts meet, or found them just met by one that wanted no more,
       // would install the next; out of slabs, it leaves the slot vacant instead.
       if (end != claim_end::none || just_used_up(seen, units)) {
-        give_up(slot_word, seen + want, units);
+        give_up(slot_word, seen + wanted_fronts(want), units);
       }
-      if (got.small_count + got.large_count != 0) {
+      if (got.counts != 0) {
         return got;
       }
     }
-    return {nullptr, nullptr, 0, 0};
+    return {nullptr, 0, 0};
   }
 
   /// Out of slabs: leaves the slot vacant under the next installing id (`seen`: what it held
@@ -1193,7 +1222,7 @@ class heap_core {
                                       unsigned slot,
                                       arena_view const& first) const {
     slab_meta& m = meta(id, first);
-    atomic(m.remaining).store(std::uint64_t{group_units(g)}, relaxed);
+    atomic(m.remaining).store(group_units(g), relaxed);
     atomic(m.state).store(make_state(g, open_state | slot), relaxed);
     if (checked()) {
       std::uint64_t* bits = check_bits(id);
@@ -1494,7 +1523,7 @@ DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
   std::uint32_t const tag = state_tag(state);
   if (tag == tag_large) {
     g = num_groups;
-    small = remaining_units(m.remaining) & ~large_run_flag;
+    small = m.remaining == large_run_count ? 1 : 0;
     large = 0;
     return true;
   }
@@ -1513,8 +1542,14 @@ DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
     unclaimed = units - unit_count(fronts);
   }
   g = tag;
-  large = large_count(fronts) - large_freed(m.remaining);
-  small = remaining_units(m.remaining) - unclaimed - 2 * large;
+  // Large blocks freed are counted modulo 2^15: only a slab of 32 B blocks alone can hold 2^15
+  // of them, and then it holds no small block.
+  std::uint32_t const in_use = remaining_units(m.remaining) - unclaimed;
+  large = (large_count(fronts) - large_freed(m.remaining)) & (remaining_unit_mask >> 2);
+  if (2 * large < in_use && in_use - 2 * large > small_count(fronts)) {
+    large += remaining_unit_mask / 4 + 1;
+  }
+  small = in_use - 2 * large;
   return true;
 }
 

@@ -180,24 +180,33 @@ inline constexpr std::uint64_t empty_slot = make_slot(empty_id, 0);
 /// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
 inline constexpr std::uint64_t empty_stack = no_slab;
 
-/// Set in the `remaining` count of a large run: the free that gives its one block back sees the
-/// flag in what is left, and returns the run to a stack without reading the slab's state.
-inline constexpr std::uint32_t large_run_flag = std::uint32_t{1} << 31;
+/// A slab's `remaining` count: the units not freed (nor given back) in its low 17 bits, and
+/// minus the large blocks freed, modulo 2^15, in its high 15 bits (for statistics), so that one
+/// 32-bit atomic frees a warp's blocks of both classes of a slab (a 64-bit one cost single-size
+/// frees about a tenth of the floor on the H200; bench/RESULTS.md, eighteenth session).
+inline constexpr unsigned remaining_unit_bits = 17;
+inline constexpr std::uint32_t remaining_unit_mask = (std::uint32_t{1} << remaining_unit_bits) - 1;
+static_assert(max_blocks_per_slab <= remaining_unit_mask);
 
 /// What freeing `small` small and `large` large blocks of a group's slab subtracts from its
-/// `remaining`: the units in the low 32 bits, the large blocks in the high 32 bits.
-DEVMR_HOST_DEVICE constexpr std::uint64_t freed_blocks(std::uint32_t small, std::uint32_t large) {
-  return std::uint64_t{small + 2 * large} | (std::uint64_t{large} << 32);
+/// `remaining`.
+DEVMR_HOST_DEVICE constexpr std::uint32_t freed_blocks(std::uint32_t small, std::uint32_t large) {
+  return small + 2 * large + (large << remaining_unit_bits);
 }
-/// The units of a `remaining` count not given back yet (or, for a large run, its flag and count).
-DEVMR_HOST_DEVICE constexpr std::uint32_t remaining_units(std::uint64_t r) {
-  return static_cast<std::uint32_t>(r);
+/// The units of a `remaining` count.
+DEVMR_HOST_DEVICE constexpr std::uint32_t remaining_units(std::uint32_t r) {
+  return r & remaining_unit_mask;
 }
-/// The large blocks freed since a slab was formatted, from its `remaining` count (whose high half
-/// counts down from zero).
-DEVMR_HOST_DEVICE constexpr std::uint32_t large_freed(std::uint64_t r) {
-  return 0u - static_cast<std::uint32_t>(r >> 32);
+/// The large blocks freed since a slab was formatted, modulo 2^15, from its `remaining` count.
+DEVMR_HOST_DEVICE constexpr std::uint32_t large_freed(std::uint32_t r) {
+  return (0u - (r >> remaining_unit_bits)) & (remaining_unit_mask >> 2);
 }
+
+/// The `remaining` count of a large run while its one block is out: units that no group's slab
+/// has. The free that gives the block back (one unit) leaves large_run_left, and returns the run
+/// to a stack without reading the slab's state.
+inline constexpr std::uint32_t large_run_count = remaining_unit_mask;
+inline constexpr std::uint32_t large_run_left = large_run_count - 1;
 
 /// Metadata of one slab, kept apart from the slab's memory. One 128-byte line per slab (0.012% of
 /// the slab): frees of neighbouring slabs, which a warp's blocks often are, then do not queue on
@@ -205,12 +214,12 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t large_freed(std::uint64_t r) {
 /// floor against 32-byte entries).
 struct alignas(128) slab_meta {
   std::uint64_t state;      ///< see make_state; updated atomically
-  std::uint64_t remaining;  ///< units not freed nor given back, low 32 bits (the group's units at
-                            ///< format; for a large run, large_run_flag | 1), and minus the large
-                            ///< blocks freed, high 32 bits (see freed_blocks)
+  std::uint32_t remaining;  ///< units not freed nor given back, and large blocks freed (see
+                            ///< freed_blocks; the group's units at format; large_run_count for a
+                            ///< large run)
   std::uint32_t next;       ///< the run below this one on its free stack
   std::uint32_t length;     ///< run length in slabs (heads of runs only; small slabs leave it)
-  std::uint32_t unused[26];
+  std::uint32_t unused[27];
 };
 static_assert(sizeof(slab_meta) == 128);
 

@@ -188,6 +188,12 @@ TEST_CASE("size classes cover 16 B to half a slab, two to a group", "[heap][core
   }
   CHECK(class_of_size(1) == 0);
   CHECK(!is_large_size(max_small_bytes + 1));  // large runs count as one unit
+  CHECK(!is_large_size(0));
+  for (std::size_t size = 1; size <= max_small_bytes; size += size < 5000 ? 1 : 997) {
+    INFO("size " << size);
+    REQUIRE(is_large_size(size) == is_large_class(class_of_size(size)));
+    REQUIRE(is_large_size(size + 1) == is_large_class(class_of_size(size + 1)));
+  }
   // A slot word's counts hold every unit of a slab and every warp of the largest GPUs past it.
   STATIC_REQUIRE(group_units(0) + 132 * 64 * 32 <= slot_count_mask);
   STATIC_REQUIRE(small_count(make_slot(7, 5, 9)) == 5);

@@ -102,9 +102,14 @@ DEVMR_HOST_DEVICE inline unsigned class_of_size(std::size_t size) {
 }
 
 /// Whether a block allocated for `size` bytes (the larger of size and alignment) is of its
-/// group's large class; false for large runs.
+/// group's large class; false for large runs. Without a branch: in the free, a branch here made
+/// ptxas issue the release fence after the lookup of the slab instead of beside the load of the
+/// pointer (2^22 frees of one size lost 0.1 of the floor).
 DEVMR_HOST_DEVICE inline bool is_large_size(std::size_t size) {
-  return size <= max_small_bytes && is_large_class(class_of_size(size));
+  // Classes above 16 B alternate from large (32 B): class ceil_log2(size) - 4 is large when
+  // floor_log2(size - 1) is even.
+  bool const grouped = size - 17 < max_small_bytes - 16;  // 16 B < size <= max_small_bytes
+  return grouped & ((floor_log2(size - 1) & 1u) == 0);
 }
 
 /// Blocks a claim obtained: `count` consecutive blocks of the class starting at `first`.

@@ -409,8 +409,8 @@ TEST_CASE("out-of-memory storms return nullptr, count it, and recover after free
     CHECK(s.failed_allocations - failed_before == r.null);  // every nullptr counted, once
     failed_before = s.failed_allocations;
     // Nearly all the heap was handed out before the failures: the slots keep a few slabs partly
-    // used, up to one per slot for each of the nine classes of mixed sizes (16 slots here), whose
-    // live blocks keep them from other classes (0.79 of the heap in use, under memcheck).
+    // used, up to one per slot for each of the five groups of mixed sizes (32 slots here), whose
+    // live blocks keep them from other groups.
     INFO("in use: " << s.bytes_in_use << " of " << heap.capacity() << " bytes");
     CHECK(s.bytes_in_use >= heap.capacity() * (size == 0 ? 7 : 9) / 10);
     CHECK(s.blocks_in_use == table.n - r.null);
@@ -441,9 +441,9 @@ TEST_CASE("one SM fills the heap: the slabs primed for every SM's slots come bac
           "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
-  // Construction gave each of the 64 slots of the eight smallest classes a slab: half of this
-  // heap (the 4 KiB class starts vacant). A kernel on one SM asking for twice the heap in 4 KiB
-  // blocks gets them all the same.
+  // Construction gave each of the 128 slots of the four smallest groups a slab: half of this
+  // heap (the group of 4 KiB blocks starts vacant). A kernel on one SM asking for twice the heap in
+  // 4 KiB blocks gets them all the same.
   block_table table{static_cast<std::uint32_t>(2 * heap.capacity() / 4096)};
   allocate_in_one_block<<<1, 1024>>>(heap.ref(), table.blocks, table.sizes, table.n, 4096);
   CUDA_CHECK(cudaGetLastError());
@@ -472,7 +472,7 @@ TEST_CASE("free slabs merge again: one block as large as the heap", "[heap][gpu]
   free_all<<<table.grid(), 256>>>(heap.ref(), table.blocks, table.sizes, table.n);
   CUDA_CHECK(cudaDeviceSynchronize());
   allocate_verify_free(heap, whole, heap.capacity(), 16);
-  // Mixed sizes: the slots of nine classes hold slabs partly handed out; a block that needs
+  // Mixed sizes: the slots of five groups hold slabs partly handed out; a block that needs
   // them all makes the slots give them up. (Under compute-sanitizer installs take so long that
   // waiting warps give up on them: one takes over, the others wait again. When each installed a
   // slab of its own, this pass failed a fifth of its blocks there.)

@@ -5,22 +5,28 @@
 // host memory, and kernels run it on device memory.
 //
 // How memory moves:
-//  - Each size class has up to max_slots "current slab" slots. A slot word holds its slab's id and
-//    a count of the blocks handed out: a claim adds the number of blocks it wants to the word, one
+//  - Two neighbouring size classes form a group, whose blocks share slabs: small blocks from a
+//    slab's start up, large ones (twice the size) from its end down. Each group has up to
+//    max_slots "current slab" slots. A slot word holds its slab's id and the counts of the blocks
+//    of each class handed out: a claim adds the numbers of blocks it wants to the word, one
 //    atomic, and the value it gets back says which slab and which of its blocks are its own.
-//    Blocks of a slab are handed out once per slab lifetime (a bump pointer inside the slab).
-//  - When a slot's slab runs out, one thread (the one whose claim took its last blocks and
-//    wants more; or the first claim whose addition found the count at zero, on a vacant slot, or
-//    at the slab's capacity, used up by a claim that wanted no more) installs the next; the
-//    others wait for it, but only for a bounded time (~300 us on the device), then one of them
-//    takes the installation over (and the others wait for that one). No thread ever waits
-//    without bound on another: every other wait is a CAS retry that fails only because another
-//    thread made progress. Whoever swaps a slab out of its slot ends its claims (close).
-//  - Freeing subtracts from the slab's `remaining`; whoever brings it to zero (every block claimed
-//    and freed) recycles it: a small slab is only marked in its arena's bitmap of empty slabs (an
-//    atomic OR with no release; no other thread waits for it), a large run goes back on a free
-//    stack. Whoever takes a slab settles its count (an exchange that acquires every free of its
-//    last life), so that the frees need one release fence each and no more.
+//    Blocks of a slab are handed out once per slab lifetime (two bump pointers inside the slab).
+//  - When a slot's slab runs out (its fronts meet), one thread (the one whose claim made them
+//    meet and wants more; or the first claim whose addition found the counts at zero, on a vacant
+//    slot, or the fronts just met by a claim that wanted no more) installs the next; the others
+//    wait for it, but only for a bounded time (~300 us on the device), then one of them takes the
+//    installation over (and the others wait for that one). No thread ever waits without bound on
+//    another: every other wait is a CAS retry that fails only because another thread made
+//    progress. (A free that does not know its block's size, deallocate_bulk's, may wait a moment
+//    for the claim that ends its slab's claims: see block_is_large.) The claim that makes the
+//    fronts meet records them in the slab's state, and whoever swaps a slab out of its slot ends
+//    its claims (close); either gives back the units left between the fronts.
+//  - Freeing subtracts from the slab's `remaining` (units: a large block counts two);
+//    whoever brings it to zero (every block claimed and freed) recycles it: a small slab is only
+//    marked in its arena's bitmap of empty slabs (an atomic OR with no release; no other thread
+//    waits for it), a large run goes back on a free stack. Whoever takes a slab settles its count
+//    (an exchange that acquires every free of its last life), so that the frees need one release
+//    fence each and no more.
 //  - A search for one slab tries the SM's own stack of single free slabs, then an arena's
 //    frontier (slabs never handed out: formatted lazily, so setup does not grow with the heap),
 //    then the bitmap word under the SM's cursor, then the first word the bitmaps' summaries mark,
@@ -224,10 +230,11 @@ class heap_core {
 
   // ---- small blocks -------------------------------------------------------------------------
 
-  /// Claims up to `want` (> 0, < 65536) blocks of class `cls` through slot `slot` (host paths and tests;
-  /// kernels claim for both classes of a group at once, claim_pair). Returns fewer when the
-  /// current slab runs out (the caller claims the rest with another call), none when the heap
-  /// has no slab left for the class's group. `hint` spreads stack traffic (the SM on the device).
+  /// Claims up to `want` (> 0, < 65536) blocks of class `cls` through slot `slot` (host paths
+  /// and tests; kernels claim for both classes of a group at once, claim_pair). Returns fewer
+  /// when the current slab runs out (the caller claims the rest with another call), none when
+  /// the heap has no slab left for the class's group. `hint` spreads stack traffic (the SM on
+  /// the device).
   DEVMR_HOST_DEVICE claim_result claim(unsigned cls,
                                        unsigned slot,
                                        std::uint32_t want,
@@ -244,11 +251,8 @@ class heap_core {
   /// ones of its large class << 16; not none) through slot `slot`, with one atomic.
   /// Returns fewer when the current slab runs out, none when the heap has no slab left for the
   /// group. `first`: arena 0's entry, which the caller has at hand (read ahead: see arena()).
-  DEVMR_HOST_DEVICE pair_claim claim_pair(unsigned g,
-                                          unsigned slot,
-                                          std::uint32_t want,
-                                          unsigned hint,
-                                          arena_view const& first) const {
+  DEVMR_HOST_DEVICE pair_claim claim_pair(
+      unsigned g, unsigned slot, std::uint32_t want, unsigned hint, arena_view const& first) const {
     auto slot_word = atomic(slot_word_of(*h_, g, slot));
     std::uint32_t const units = group_units(g);
     // acquire: pairs with the release that published the slot's slab (install), whose release
@@ -259,8 +263,8 @@ class heap_core {
       claim_end end = claim_end::none;
       pair_claim const got = take_blocks(seen, want, g, end, first);
       if (end == claim_end::wants_more) {
-        give_back_units(slot_id(seen), units - unit_count(seen) - got.small_count() -
-                                           2 * got.large_count());
+        give_back_units(slot_id(seen),
+                        units - unit_count(seen) - got.small_count() - 2 * got.large_count());
         // This claim made the fronts meet and still wants blocks: it installs the next slab
         // now, and the claims behind it wait for it as for an installing id. A claim that got
         // all it wanted installs nothing: the first claim that finds the fronts met does, if one
@@ -369,11 +373,8 @@ class heap_core {
   /// Otherwise the slot is left vacant (give_up) for the claims that wait for it to claim again,
   /// the first of them searching in turn.
   /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
-  DEVMR_HOST_DEVICE pair_claim install(unsigned g,
-                                       unsigned slot,
-                                       std::uint32_t want,
-                                       unsigned hint,
-                                       arena_view const& first) const {
+  DEVMR_HOST_DEVICE pair_claim install(
+      unsigned g, unsigned slot, std::uint32_t want, unsigned hint, arena_view const& first) const {
     std::uint32_t id = acquire_run(1, hint, want != 0 ? g : num_groups);
     if (id == no_slab && want != 0) {
       pair_claim const got = steal(g, slot, want);
@@ -1126,8 +1127,8 @@ class heap_core {
       claim_end end = claim_end::none;
       pair_claim const got = take_blocks(seen, want, g, end, first);
       if (end == claim_end::wants_more) {
-        give_back_units(slot_id(seen), units - unit_count(seen) - got.small_count() -
-                                           2 * got.large_count());
+        give_back_units(slot_id(seen),
+                        units - unit_count(seen) - got.small_count() - 2 * got.large_count());
       }
       // A claim that made the fronts meet, or found them just met by one that wanted no more,
       // would install the next; out of slabs, it leaves the slot vacant instead.

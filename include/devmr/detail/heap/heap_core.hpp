@@ -347,6 +347,8 @@ class heap_core {
   /// Gives back `unclaimed` units of slab `id` of a group, as frees do (see free_blocks); a
   /// group's slab is never a large run.
   DEVMR_HOST_DEVICE void give_back_units(std::uint32_t id, std::uint32_t unclaimed) const {
+    // release: the state recorded before it, and the frees that the count carries, happen before
+    // the slab's next life (whoever takes the slab settles its count, which acquires).
     if (unclaimed != 0 &&
         remaining_units(atomic(meta(id).remaining).fetch_sub(unclaimed, release)) == unclaimed) {
       mark_empty(id);

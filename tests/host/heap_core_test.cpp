@@ -768,6 +768,42 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
   CHECK(heap.blocks_in_use() == 0);
 }
 
+TEST_CASE("checked heaps find each block's class in their bitmaps, whatever size a free says",
+          "[heap][core]") {
+  host_heap heap{{4}, true};
+  auto core = heap.core();
+  unsigned const g = 1;  // 64 B and 128 B blocks, from the two ends of one slab
+  pair_claim const got = core.claim_pair(g, 0, 3 | 2 << 16, 0, core.arena(0));
+  REQUIRE(got.small_count() == 3);
+  REQUIRE(got.large_count() == 2);
+  std::vector<std::pair<std::byte*, unsigned>> blocks;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    blocks.emplace_back(got.small_block(i, 6), 2);
+  }
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    blocks.emplace_back(got.large_block(i, 7), 3);
+  }
+  for (auto const& [p, cls] : blocks) {
+    std::uint32_t id = 0;
+    std::size_t offset = 0;
+    REQUIRE(core.locate(p, id, offset));
+    core.mark_allocated(id, offset, cls);
+  }
+  // The middle of a large block starts at a unit, but no block starts there.
+  core.free_one(got.large_block(0, 7) + 64, 0, 128);
+  CHECK(heap.header().counters.invalid_frees == 1);
+  // Frees that pass the other class's size (or none) still give back the right class.
+  for (auto const& [p, cls] : blocks) {
+    core.free_one(p, 0, cls == 2 ? 128 : 64);
+  }
+  CHECK(heap.header().counters.invalid_frees == 1);
+  CHECK(heap.header().counters.double_frees == 0);
+  CHECK(heap.blocks_in_use() == 0);
+  core.free_one(blocks[0].first, 0, 64);  // and a second free of one is a double free
+  CHECK(heap.header().counters.double_frees == 1);
+  CHECK(heap.blocks_in_use() == 0);
+}
+
 TEST_CASE("checked heaps reject frees into slabs not handed out since a reset", "[heap][core]") {
   // What a reset leaves behind: slab 2, past the frontier, with the metadata of a slab of 64-byte
   // blocks that handed out 5 and the bit of its first block set.

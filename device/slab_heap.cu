@@ -80,14 +80,14 @@ __global__ void reset_kernel(heap_header* h) {
   }
 }
 
-/// Gives each slot that kernels use (heap_core::slots_in_use) a slab of its own, in every class
-/// while they stay within half of the heap, smallest classes first (heap_core::prime_count,
-/// heap_core::prime). So the first claims on an SM after a heap is made, grown or reset find a
-/// slab instead of all waiting for one install per class (on the H200, 2^16 threads asking for
-/// 16 B blocks waited about 3 us for it; bench/RESULTS.md). The slabs are fresh ones in a row,
-/// slot after slot and class after class, so that every reset places a slot's blocks where the
-/// last one did. A slot's slab comes back to the others when memory runs short
-/// (heap_core::reclaim_slab). One block of threads.
+/// Gives each slot that kernels use (heap_core::slots_in_use) a slab of its own, in every group
+/// of two classes while they stay within half of the heap, smallest groups first
+/// (heap_core::prime_count, heap_core::prime). So the first claims on an SM after a heap is
+/// made, grown or reset find a slab instead of all waiting for one install per group (on the
+/// H200, 2^16 threads asking for 16 B blocks waited about 3 us for it; bench/RESULTS.md). The
+/// slabs are fresh ones in a row, slot after slot and group after group, so that every reset
+/// places a slot's blocks where the last one did. A slot's slab comes back to the others when
+/// memory runs short (heap_core::reclaim_slab). One block of threads.
 __global__ void prime_kernel(heap_header* h) {
   heap_core const core{h};
   unsigned const slots = core.slots_in_use();

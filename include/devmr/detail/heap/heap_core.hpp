@@ -118,7 +118,7 @@ DEVMR_HOST_DEVICE inline bool is_large_size(std::size_t size) {
   return grouped & ((floor_log2(size - 1) & 1u) == 0);
 }
 
-/// Blocks a claim obtained: `count` consecutive blocks of the class starting at `first`.
+/// Blocks a claim of one class obtained: `count` consecutive blocks starting at `first`.
 struct claim_result {
   std::byte* first;
   std::uint32_t count;
@@ -786,7 +786,7 @@ class heap_core {
     close(atomic(slot_word_of(*h_, g, slot)).exchange(make_slot(id, small, large), release), g);
   }
 
-  /// A slab for a claim of class `cls` from the slots of the other classes: one that a slot
+  /// A slab for a claim of group `g` from the slots of the other groups: one that a slot
   /// holds with no block claimed (a primed one that never served a claim, or a next one
   /// installed meanwhile) is taken from it for the caller's install. With nothing claimed
   /// nothing was freed, so the slot word alone tells, and once the swap has taken the slab from
@@ -796,7 +796,7 @@ class heap_core {
   /// and in every slot, from the caller's on, as a last resort (a cursor that skipped slots
   /// found without any gained nothing measurable: bench/RESULTS.md, ninth session). A full
   /// scan that finds none clears the heap's idle_slots flag, which priming sets, so that
-  /// a heap out of memory does not scan again on every failed claim. Slabs of the class itself
+  /// a heap out of memory does not scan again on every failed claim. Slabs of the group itself
   /// stay: moving one between its slots gains nothing (a claim that finds no slab takes blocks
   /// from them, see steal). A slot's words share a line and are read four at a time (eight
   /// took the allocation kernel from 80 registers to 88). Out of line, for the registers.

@@ -280,7 +280,7 @@ struct heap_header {
   arena_desc arenas[max_arenas];
   std::uint64_t frontier[max_arenas];  ///< slabs of each arena handed out at least once
   std::uint32_t arena_count;           ///< arenas[0, arena_count) are published
-  std::uint32_t slot_mask;             ///< slots in use per class, minus one (a power of two)
+  std::uint32_t slot_mask;             ///< slots in use per group, minus one (a power of two)
   std::uint32_t checked;               ///< nonzero: validate every free, keep block bitmaps
   std::uint32_t unused;
   std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)

@@ -26,8 +26,8 @@ inline constexpr std::size_t max_small_bytes = std::size_t{1} << max_small_shift
 /// from the slab's start upwards and those of class 2g + 1 (its large class, twice the size) from
 /// the slab's end downwards, until the two fronts meet. A warp that frees blocks of every size
 /// from 16 B to 4 KiB then frees into five slabs, not nine: one atomic per slab (2^22 threads
-/// freeing mixed sizes: 0.43x of the floor with slabs of one class, 0.52x with blocks in five
-/// slabs; bench/RESULTS.md, seventeenth session).
+/// freeing mixed sizes: 0.43x of the floor with slabs of one class, 0.53x with slabs of two;
+/// bench/RESULTS.md, eighteenth session).
 inline constexpr unsigned num_groups = num_classes / 2;
 static_assert(num_classes % 2 == 0);
 

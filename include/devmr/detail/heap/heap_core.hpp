@@ -263,8 +263,7 @@ class heap_core {
       claim_end end = claim_end::none;
       pair_claim const got = take_blocks(seen, want, g, end, first);
       if (end == claim_end::wants_more) {
-        give_back_units(slot_id(seen),
-                        units - unit_count(seen) - got.small_count() - 2 * got.large_count());
+        give_back_rest(seen, got, units);
         // This claim made the fronts meet and still wants blocks: it installs the next slab
         // now, and the claims behind it wait for it as for an installing id. A claim that got
         // all it wanted installs nothing: the first claim that finds the fronts met does, if one
@@ -299,9 +298,10 @@ class heap_core {
 
   /// What a claim of the blocks of group `g` that `want` counts got from slot value `seen`, the
   /// value its addition replaced: nothing when it names no slab or one whose fronts met. A claim
-  /// whose addition makes the fronts meet ends the slab's claims (end_claims): it alone knows
-  /// exactly what the slab handed out. `end` says whether it did, and whether it still wants
-  /// blocks.
+  /// whose addition makes the fronts meet ends the slab's claims: it alone knows exactly what the
+  /// slab handed out, and records it in the slab's state here; one that still wants blocks gives
+  /// back the units left between the fronts (give_back_rest) before it installs. `end` says
+  /// whether it made them meet, and whether it still wants blocks.
   DEVMR_HOST_DEVICE pair_claim take_blocks(std::uint64_t seen,
                                            std::uint32_t want,
                                            unsigned g,
@@ -322,8 +322,6 @@ class heap_core {
     std::uint32_t const l = large < (left - s) / 2 ? large : (left - s) / 2;
     std::uint32_t const large_end = large_count(seen) + l;  // large blocks out, from the end
     if (small + 2 * large >= left) {
-      // The slab's state records what it handed out; a claim that wants more gives back the
-      // units left between the fronts, if any (give_back_units), before it installs.
       end = small + 2 * large > left ? claim_end::wants_more : claim_end::got_all;
       atomic(meta(id, first).state)
           .store(make_state(g, make_fronts(small_count(seen) + s, large_end)), relaxed);
@@ -331,11 +329,21 @@ class heap_core {
     return {data(id, first), small_count(seen) | large_end << 16, s | l << 16};
   }
 
+  /// Gives back the units that a claim which made its slab's fronts meet, from slot value `seen`,
+  /// left between them (see take_blocks).
+  DEVMR_HOST_DEVICE void give_back_rest(std::uint64_t seen,
+                                        pair_claim const& got,
+                                        std::uint32_t units) const {
+    give_back_units(slot_id(seen),
+                    units - unit_count(seen) - got.small_count() - 2 * got.large_count());
+  }
+
   /// Ends the claims on slab `id` of group `g`, which handed out the blocks that `fronts` counts
   /// (make_fronts): its state records them, and the `unclaimed` units between the fronts go back,
   /// so that it is recycled once its blocks are freed. The state comes first: until the units go
-  /// back the slab cannot be recycled, so the state is still this life's. (Out of line, a call
-  /// from take_blocks took the allocating kernel from 64 registers to 70.)
+  /// back the slab cannot be recycled, so the state is still this life's. (Called out of line
+  /// from take_blocks, it took the allocating kernel from 64 registers to 70: take_blocks stores
+  /// the state itself, and its caller gives the units back.)
   DEVMR_HOST_DEVICE void end_claims(std::uint32_t id,
                                     unsigned g,
                                     std::uint64_t fronts,
@@ -1129,8 +1137,7 @@ class heap_core {
       claim_end end = claim_end::none;
       pair_claim const got = take_blocks(seen, want, g, end, first);
       if (end == claim_end::wants_more) {
-        give_back_units(slot_id(seen),
-                        units - unit_count(seen) - got.small_count() - 2 * got.large_count());
+        give_back_rest(seen, got, units);
       }
       // A claim that made the fronts meet, or found them just met by one that wanted no more,
       // would install the next; out of slabs, it leaves the slot vacant instead.

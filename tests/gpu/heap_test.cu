@@ -361,6 +361,7 @@ __global__ void misuse(devmr::slab_ref<> ref, void** results) {
   void const* block = ref.allocate(64);                 // freed through a pointer to const
   results[3] = const_cast<void*>(block);
   ref.deallocate(block, 64);
+  ref.deallocate(ref.allocate(32), 32, 0);  // alignment 0: the class of 32 B (a large class)
 }
 
 }  // namespace
@@ -387,6 +388,8 @@ TEST_CASE("zero bytes, bad alignments and null frees", "[heap][gpu]") {
     CHECK(s.invalid_frees == 0);
     CHECK(s.double_frees == 0);
     CHECK(s.blocks_in_use == 0);
+    CHECK(s.bytes_in_use == 0);
+    CHECK(s.classes[1].blocks_in_use == 0);  // the 32 B block came back to its class
   }
   cudaFree(results);
 }

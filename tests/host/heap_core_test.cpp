@@ -194,6 +194,24 @@ TEST_CASE("size classes cover 16 B to half a slab, two to a group", "[heap][core
     REQUIRE(is_large_size(size) == is_large_class(class_of_size(size)));
     REQUIRE(is_large_size(size + 1) == is_large_class(class_of_size(size + 1)));
   }
+  // Past the small classes nothing is large, whatever bits a size has at the places of
+  // large_class_bits.
+  for (std::uint64_t size : {max_small_bytes + 1, 2 * max_small_bytes, 3 * max_small_bytes + 32,
+                             (std::uint64_t{1} << 32) + 32, (std::uint64_t{1} << 33) + 1024,
+                             ~std::uint64_t{0} - 0x5555, ~std::uint64_t{0}}) {
+    INFO("size " << size);
+    CHECK(!is_large_size(size));
+  }
+  // The free folds its size and alignment into one word, (bytes - 1) | (alignment - 1): the
+  // class is that of the larger of the two.
+  for (std::size_t alignment = 1; alignment <= slab_bytes; alignment *= 2) {
+    for (std::size_t bytes = 1; bytes <= max_small_bytes; bytes += bytes < 2100 ? 1 : 4099) {
+      INFO("bytes " << bytes << ", alignment " << alignment);
+      REQUIRE(is_large_last((bytes - 1) | (alignment - 1)) ==
+              is_large_size(bytes > alignment ? bytes : alignment));
+    }
+  }
+  CHECK(!is_large_last((std::size_t{0} - 1) | 15));  // bytes 0: unknown, never the fast path
   // A slot word's counts hold every unit of a slab and every warp of the largest GPUs past it.
   STATIC_REQUIRE(group_units(0) + 132 * 64 * 32 <= slot_count_mask);
   STATIC_REQUIRE(small_count(make_slot(7, 5, 9)) == 5);

@@ -161,15 +161,16 @@ __device__ __forceinline__ void free_with_peers(heap_core const& core,
 }
 
 /// Frees `p` (nullptr: nothing) into the heap at `h`; pointers it does not own are counted.
-/// `size`: the larger of the size and the alignment it was allocated with, which says its class
-/// (an unchecked heap trusts it, as it trusts that a block is freed once; a checked heap reads
-/// the class from its bitmap); 0 when unknown (bulk frees: the class follows from the slab's
-/// fronts). `first` and `checked` as for device_allocate.
+/// `bytes` and `alignment`: those it was allocated with, which say its class (an unchecked heap
+/// trusts them, as it trusts that a block is freed once; a checked heap reads the class from its
+/// bitmap); `bytes` 0 when unknown (bulk frees: the class follows from the slab's fronts).
+/// `first` and `checked` as for device_allocate.
 __device__ inline void device_deallocate(heap_header* h,
                                          heap_core::arena_view const& first,
                                          bool checked,
                                          void const* p,
-                                         std::size_t size) {
+                                         std::size_t bytes,
+                                         std::size_t alignment) {
   // The release of the frees. The warp barrier orders the last use of every calling lane's block
   // before the fence of each of them, so of the lane that will subtract for it; that fence and
   // the relaxed subtraction after it publish them to the search that acquires the slab's count.
@@ -182,9 +183,10 @@ __device__ inline void device_deallocate(heap_header* h,
   // Most blocks lie in arena 0, whose entry is at hand: on an unchecked heap their slab follows
   // from the offset alone (its id is its index there), with no loop over the arenas.
   std::uintptr_t off = 0;
-  bool const fast = !checked && size != 0 && first.holds(p, off);
+  bool const fast = !checked && bytes != 0 && first.holds(p, off);
   auto const index = static_cast<std::uint32_t>(off >> slab_shift);
-  bool large = is_large_size(size);
+  // (An alignment of 0, which no allocation took, is taken as 1, as max(bytes, 0) would be.)
+  bool large = is_large_last((bytes - 1) | (alignment != 0 ? alignment - 1 : 0));
   // One match over all the callers, right after the fence, so that its peers all passed the
   // barrier together. Lanes of the fast path match on their slab's index; the others on a value
   // of their own that no index takes, and group with nobody here. (A match that only the fast
@@ -210,7 +212,7 @@ __device__ inline void device_deallocate(heap_header* h,
     if (core.check_free(id, offset, sm_id(), large) != free_check::proceed) {
       return;
     }
-  } else if (size == 0) {
+  } else if (bytes == 0) {
     large = core.block_is_large(id, offset);
   }
   free_with_peers(core, core.meta(id, first), id, callers, large, below);
@@ -227,7 +229,7 @@ __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::
 /// `size` as for the other overload.
 __device__ inline void device_deallocate(heap_header* h, void const* p, std::size_t size) {
   heap_core const core{h};
-  device_deallocate(h, core.arena(0), core.checked(), p, size);
+  device_deallocate(h, core.arena(0), core.checked(), p, size, 1);
 }
 
 /// True when `p` lies in one of the heap's arenas.

@@ -26,11 +26,12 @@ template <memory_kind Kind>
 DEVMR_HOST_DEVICE void slab_ref<Kind>::deallocate(void const* p,
                                                   std::size_t bytes,
                                                   std::size_t alignment) const {
+#if DEVMR_IS_DEVICE_CODE
+  detail::heap::device_deallocate(header_, {base_, meta_, slabs_}, checked_ != 0, p, bytes,
+                                  alignment);
+#else
   // The class of the block follows from the larger of the two, as for allocate (0: unknown).
   std::size_t const size = bytes == 0 ? 0 : (bytes > alignment ? bytes : alignment);
-#if DEVMR_IS_DEVICE_CODE
-  detail::heap::device_deallocate(header_, {base_, meta_, slabs_}, checked_ != 0, p, size);
-#else
   detail::heap::host_deallocate(header_, p, size);
 #endif
 }

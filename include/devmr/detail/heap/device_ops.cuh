@@ -35,14 +35,6 @@ __device__ __forceinline__ unsigned sm_id() {
   return sm;
 }
 
-/// `x`, through an instruction that the compiler does not look into: what it computes from the
-/// result starts from 32 bits, not from the expression that made `x`.
-__device__ __forceinline__ std::uint32_t opaque(std::uint32_t x) {
-  std::uint32_t y;
-  asm("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
-  return y;
-}
-
 /// A release fence at device scope: `fence.release.gpu` where the target has it (sm_90), which
 /// unlike the `fence.acq_rel.gpu` of `cuda::atomic_thread_fence` leaves the L1 cache alone.
 __device__ __forceinline__ void release_fence() {
@@ -141,7 +133,7 @@ __device__ __forceinline__ void give_back(heap_core const& core,
                                           unsigned below) {
   if ((peers & below) == 0) {
     auto const large = static_cast<std::uint32_t>(__popc(peers & larges));
-    core.free_blocks(m, id, freed_blocks(__popc(peers), large), sm_id(), relaxed);
+    core.free_blocks(m, id, freed_blocks(__popc(peers) - large, large), sm_id(), relaxed);
   }
 }
 
@@ -183,28 +175,18 @@ __device__ inline void device_deallocate(heap_header* h,
   // before the fence of each of them, so of the lane that will subtract for it; that fence and
   // the relaxed subtraction after it publish them to the search that acquires the slab's count.
   // Issued first, the fence waits for the caller's load of `p` instead of following the lookup.
-  // What does not depend on `p` comes before the fence, whose wait covers it: what follows the
-  // fence waits for it, and every instruction there costs (2^22 frees of one size: 0.01 to 0.02
-  // of the floor for six instructions; bench/RESULTS.md, nineteenth session). So the class, and
-  // the lanes whose blocks are of a large class: an alignment of 0, which no allocation took, is
-  // taken as 1, as max(bytes, 0) would be.
   unsigned const callers = __activemask();
   unsigned const below = lanes_below();
-  bool large = is_large_last((bytes - 1) | (alignment != 0 ? alignment - 1 : 0));
-  unsigned const larges = __ballot_sync(callers, large);
-  // Most blocks lie in arena 0, whose entry is at hand: on an unchecked heap their slab follows
-  // from the offset alone (its id is its index there), with no loop over the arenas. The offsets
-  // below `fast_end` take that path: none on a checked heap, nor for a free without its size.
-  std::uintptr_t const fast_end = checked || bytes == 0 ? 0 : first.slabs << slab_shift;
   __syncwarp(callers);
   release_fence();
   heap_core const core{h};
-  std::uintptr_t const off =
-      reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(first.base);
-  bool const fast = off < fast_end;
-  // (A 32-bit value the compiler cannot see through: seen as bits of `off`, its product with the
-  // metadata's size took six instructions, in the chain to the subtraction, instead of one.)
-  std::uint32_t const index = opaque(static_cast<std::uint32_t>(off >> slab_shift));
+  // Most blocks lie in arena 0, whose entry is at hand: on an unchecked heap their slab follows
+  // from the offset alone (its id is its index there), with no loop over the arenas.
+  std::uintptr_t off = 0;
+  bool const fast = !checked && bytes != 0 && first.holds(p, off);
+  auto const index = static_cast<std::uint32_t>(off >> slab_shift);
+  // (An alignment of 0, which no allocation took, is taken as 1, as max(bytes, 0) would be.)
+  bool large = is_large_last((bytes - 1) | (alignment != 0 ? alignment - 1 : 0));
   // One match over all the callers, right after the fence, so that its peers all passed the
   // barrier together. Lanes of the fast path match on their slab's index; the others on a value
   // of their own that no index takes, and group with nobody here. (A match that only the fast
@@ -213,6 +195,7 @@ __device__ inline void device_deallocate(heap_header* h,
   static_assert(max_slabs_per_arena <= no_slab - 31);
   unsigned const peers =
       __match_any_sync(callers, fast ? index : no_slab - static_cast<unsigned>(__popc(below)));
+  unsigned const larges = __ballot_sync(callers, large);
   if (fast) {
     give_back(core, first.meta[index], make_slab_id(0, index), peers, larges, below);
     return;

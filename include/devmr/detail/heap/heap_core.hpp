@@ -669,7 +669,7 @@ class heap_core {
     } else {
       large = bytes != 0 ? is_large_size(bytes) : block_is_large(id, offset);
     }
-    free_blocks(id, freed_blocks(1, large ? 1 : 0), hint, arena(0));
+    free_blocks(id, large ? freed_blocks(0, 1) : freed_blocks(1, 0), hint, arena(0));
   }
 
   DEVMR_HOST_DEVICE free_check count_misuse(std::uint64_t& counter) const {

@@ -188,10 +188,10 @@ inline constexpr unsigned remaining_unit_bits = 17;
 inline constexpr std::uint32_t remaining_unit_mask = (std::uint32_t{1} << remaining_unit_bits) - 1;
 static_assert(max_blocks_per_slab <= remaining_unit_mask);
 
-/// What freeing `blocks` blocks of a group's slab, `large` of them of its large class (two units
-/// each), subtracts from its `remaining`. (One multiply-add: the free's subtraction waits for it.)
-DEVMR_HOST_DEVICE constexpr std::uint32_t freed_blocks(std::uint32_t blocks, std::uint32_t large) {
-  return blocks + large * (1u + (std::uint32_t{1} << remaining_unit_bits));
+/// What freeing `small` small and `large` large blocks of a group's slab subtracts from its
+/// `remaining`.
+DEVMR_HOST_DEVICE constexpr std::uint32_t freed_blocks(std::uint32_t small, std::uint32_t large) {
+  return small + 2 * large + (large << remaining_unit_bits);
 }
 /// The units of a `remaining` count.
 DEVMR_HOST_DEVICE constexpr std::uint32_t remaining_units(std::uint32_t r) {

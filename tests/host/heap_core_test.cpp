@@ -194,8 +194,8 @@ TEST_CASE("size classes cover 16 B to half a slab, two to a group", "[heap][core
     REQUIRE(is_large_size(size) == is_large_class(class_of_size(size)));
     REQUIRE(is_large_size(size + 1) == is_large_class(class_of_size(size + 1)));
   }
-  // Past the small classes nothing is large, whatever bits a size has at the places of
-  // large_class_bits.
+  // Past the small classes nothing is large, even where the low 32 bits of the size, less one,
+  // are those of a large class's size.
   for (std::uint64_t size : {max_small_bytes + 1, 2 * max_small_bytes, 3 * max_small_bytes + 32,
                              (std::uint64_t{1} << 32) + 32, (std::uint64_t{1} << 33) + 1024,
                              ~std::uint64_t{0} - 0x5555, ~std::uint64_t{0}}) {

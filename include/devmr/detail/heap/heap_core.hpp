@@ -107,24 +107,21 @@ DEVMR_HOST_DEVICE inline unsigned class_of_size(std::size_t size) {
   return size <= (std::size_t{1} << min_block_shift) ? 0u : ceil_log2(size) - min_block_shift;
 }
 
-/// The bits of a size less one whose highest set bit says a large class (see is_large_last):
-/// the even places from min_block_shift (16 B < size <= 32 B, class 1) to max_small_shift - 1.
-inline constexpr std::uint64_t large_class_bits =
-    0x5555555555555555u & (max_small_bytes - 1) & ~((std::uint64_t{1} << min_block_shift) - 1);
-static_assert(min_block_shift % 2 == 0 && max_small_shift % 2 == 1);
-
 /// Whether a block whose size, less one, has its highest bit where `last` has it is of its
 /// group's large class (false for large runs, and for `last` ~0, a size of 0). A free takes
 /// `last` as (bytes - 1) | (alignment - 1), whose highest bit is that of max(bytes, alignment) - 1
 /// (the alignment is a power of two). Class c > 0 (sizes in (2^(c+3), 2^(c+4)]) is large when c
-/// is odd, that is when the highest bit of size - 1 is one of large_class_bits: then the bits of
-/// those places make the larger number; below 16 B, and from max_small_bytes, the others do.
-/// One comparison, no branch and no bit scan: every free computes it (2^22 frees of one size
-/// run at the rate warps issue instructions, bench/RESULTS.md, nineteenth session), and in the
-/// free a branch here made ptxas issue the release fence after the lookup of the slab instead
-/// of beside the load of the pointer (0.1 of the floor).
+/// is odd, that is when the highest bit of size - 1 is at an even place: then the bits at even
+/// places make the larger number. No branch and no bit scan: every free computes it (2^22 frees
+/// of one size run at the rate warps issue instructions, bench/RESULTS.md, nineteenth session),
+/// and in the free a branch here made ptxas issue the release fence after the lookup of the
+/// slab instead of beside the load of the pointer (0.1 of the floor). (One 64-bit comparison
+/// of the bits at the large classes' places with the others, with no range test, took fewer
+/// instructions but cost the mixed-size free 0.005 of the floor: nineteenth session.)
 DEVMR_HOST_DEVICE constexpr bool is_large_last(std::uint64_t last) {
-  return (last & large_class_bits) > (last & ~large_class_bits);
+  bool const grouped = last - 16 < max_small_bytes - 16;  // 16 B < size <= max_small_bytes
+  auto const low = static_cast<std::uint32_t>(last);      // all of it where grouped
+  return grouped & ((low & 0x55555555u) > (low & 0xaaaaaaaau));
 }
 
 /// Whether a block allocated for `size` bytes (the larger of size and alignment) is of its

@@ -113,7 +113,7 @@ DEVMR_HOST_DEVICE inline unsigned class_of_size(std::size_t size) {
 /// (the alignment is a power of two). Class c > 0 (sizes in (2^(c+3), 2^(c+4)]) is large when c
 /// is odd, that is when the highest bit of size - 1 is at an even place: then the bits at even
 /// places make the larger number. No branch and no bit scan: every free computes it (2^22 frees
-/// of one size run at the rate warps issue instructions, bench/RESULTS.md, nineteenth session),
+/// of one size are partly bound by the instructions warps issue: RESULTS.md, nineteenth session),
 /// and in the free a branch here made ptxas issue the release fence after the lookup of the
 /// slab instead of beside the load of the pointer (0.1 of the floor). (One 64-bit comparison
 /// of the bits at the large classes' places with the others, with no range test, took fewer

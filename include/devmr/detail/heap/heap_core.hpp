@@ -518,20 +518,18 @@ class heap_core {
       if (g >= num_groups) {
         return false;
       }
+      // An open slab's slot counts the claim that handed the block out, which happened before
+      // this free.
       std::uint64_t fronts = state_fields(state);
-      if ((fronts & open_state) != 0) {
-        // The slot's counts include the claim that handed the block out, which happened before
-        // this free: exact while they name the slab and its fronts have not met.
-        auto const slot = static_cast<unsigned>(fronts & ~open_state);
-        fronts = atomic(slot_word_of(*h_, g, slot)).load(relaxed);
-        if (slot_id(fronts) != id || unit_count(fronts) >= group_units(g)) {
+      if ((fronts & open_state) != 0 &&
+          !open_fronts(atomic(slot_word_of(*h_, g, open_slot(fronts))).load(relaxed), id, g,
+                       fronts)) {
 #if DEVMR_IS_DEVICE_CODE
-          __nanosleep(64);
+        __nanosleep(64);
 #else
-          std::this_thread::yield();
+        std::this_thread::yield();
 #endif
-          continue;
-        }
+        continue;
       }
       return offset >= (std::size_t{small_count(fronts)} << unit_shift(g));
     }
@@ -612,13 +610,10 @@ class heap_core {
       // tell (exact once the slab's claims ended, or while its slot counts them and they have
       // not met; in between, any block may have been).
       std::uint64_t fronts = state_fields(state);
-      if ((fronts & open_state) != 0) {
-        std::uint64_t const w =
-            atomic(slot_word_of(*h_, tag, static_cast<unsigned>(fronts & ~open_state)))
-                .load(relaxed);
-        fronts = slot_id(w) == id && unit_count(w) < group_units(tag)
-                     ? make_fronts(small_count(w), large_count(w))
-                     : make_fronts(group_units(tag), group_units(tag) / 2);
+      if ((fronts & open_state) != 0 &&
+          !open_fronts(atomic(slot_word_of(*h_, tag, open_slot(fronts))).load(relaxed), id, tag,
+                       fronts)) {
+        fronts = make_fronts(group_units(tag), group_units(tag) / 2);
       }
       bool const handed = (offset >> shift) < small_count(fronts) ||
                           (even && ((slab_bytes - offset) >> (shift + 1)) <= large_count(fronts));
@@ -1563,9 +1558,9 @@ DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
   std::uint64_t fronts = state_fields(state);
   std::uint32_t unclaimed = 0;
   if ((fronts & open_state) != 0) {
-    std::uint64_t const w = slot_word_of(h, tag, static_cast<unsigned>(fronts & ~open_state));
-    fronts = slot_id(w) == id && unit_count(w) < units ? make_fronts(small_count(w), large_count(w))
-                                                       : make_fronts(0, 0);
+    if (!open_fronts(slot_word_of(h, tag, open_slot(fronts)), id, tag, fronts)) {
+      fronts = make_fronts(0, 0);
+    }
     unclaimed = units - unit_count(fronts);
   }
   g = tag;

@@ -177,6 +177,24 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t next_installer(std::uint32_t id) {
 }
 inline constexpr std::uint64_t empty_slot = make_slot(empty_id, 0);
 
+/// The slot that a small slab's open state (open_state | slot) names.
+DEVMR_HOST_DEVICE constexpr unsigned open_slot(std::uint64_t fields) {
+  return static_cast<unsigned>(fields & ~open_state);
+}
+/// The fronts of slab `id` of group `g` from `w`, a value of the slot its open state names: true,
+/// and `fronts` set, while the slot still names the slab and its fronts have not met (the counts
+/// are then exact); false while its claims are ending or once they ended.
+DEVMR_HOST_DEVICE constexpr bool open_fronts(std::uint64_t w,
+                                             std::uint32_t id,
+                                             unsigned g,
+                                             std::uint64_t& fronts) {
+  if (slot_id(w) != id || unit_count(w) >= group_units(g)) {
+    return false;
+  }
+  fronts = make_fronts(small_count(w), large_count(w));
+  return true;
+}
+
 /// A stack head: ABA tag (32 bits) | slab id of the top run (32 bits; no_slab when empty).
 inline constexpr std::uint64_t empty_stack = no_slab;
 

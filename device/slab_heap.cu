@@ -68,6 +68,7 @@ __global__ void reset_kernel(heap_header* h) {
   }
   for (unsigned s = t; s < num_groups * max_slots; s += blockDim.x) {
     slot_word_of(*h, s / max_slots, s % max_slots) = empty_slot;
+    spare_word_of(*h, s / max_slots, s % max_slots) = no_slab;
   }
   for (unsigned s = t; s < max_slots; s += blockDim.x) {
     h->empty_cursor[s] = first_cursor(*h, s);
@@ -86,8 +87,11 @@ __global__ void reset_kernel(heap_header* h) {
 /// made, grown or reset find a slab instead of all waiting for one install per group (on the
 /// H200, 2^16 threads asking for 16 B blocks waited about 3 us for it; bench/RESULTS.md). The
 /// slabs are fresh ones in a row, slot after slot and group after group, so that every reset
-/// places a slot's blocks where the last one did. A slot's slab comes back to the others when
-/// memory runs short (heap_core::reclaim_slab). One block of threads.
+/// places a slot's blocks where the last one did. Where the heap is large enough, each slot
+/// also gets a spare, formatted for it, for its next install (heap_core::spare_count,
+/// heap_core::add_spare); the spares lie in a row after the primed slabs. A slot's slabs come
+/// back to the others when memory runs short (heap_core::reclaim_slab, heap_core::close_slots).
+/// One block of threads.
 __global__ void prime_kernel(heap_header* h) {
   heap_core const core{h};
   unsigned const slots = core.slots_in_use();
@@ -96,12 +100,15 @@ __global__ void prime_kernel(heap_header* h) {
     return;
   }
   __shared__ std::uint32_t first;
+  __shared__ std::uint32_t spares;
   if (threadIdx.x == 0) {
-    first = core.take_fresh_slabs(count);
+    std::uint32_t want = core.spare_count(count);
+    first = core.take_prime_slabs(count, want);
+    spares = want;
   }
   __syncthreads();
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {
-    core.prime(i / slots, i % slots, first == no_slab ? no_slab : first + i, i % slots);
+    core.prime_slot(i, slots, first, count, spares);
   }
 }
 

@@ -625,6 +625,150 @@ TEST_CASE("one-slab blocks and a new class's first claim take the slabs that idl
   CHECK(heap.header().counters.failed_allocations == 0);
 }
 
+/// Primes every slot as prime_kernel does after a heap is made or reset: the slots within half
+/// of the heap, each with a spare where the heap is large enough. The spares that it gave.
+std::uint32_t prime_like_kernel(heap_core const& core) {
+  std::uint32_t const count = core.prime_count();
+  std::uint32_t spares = core.spare_count(count);
+  std::uint32_t const first = core.take_prime_slabs(count, spares);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    core.prime_slot(i, core.slots_in_use(), first, count, spares);
+  }
+  return spares;
+}
+
+TEST_CASE("priming gives each slot a spare while primed slabs and spares fit in half the heap",
+          "[heap][core]") {
+  for (std::uint64_t slabs : {16, 31, 32, 33, 64, 100, 300}) {
+    for (std::uint32_t mask : {0, 1, 3, 7}) {
+      host_heap heap{{slabs}, false};
+      heap.header().slot_mask = mask;
+      auto core = heap.core();
+      std::uint32_t const count = core.prime_count();
+      std::uint32_t const spares = core.spare_count(count);
+      CHECK(spares == (4 * std::uint64_t{count} <= slabs ? count : 0));
+      CHECK(count + spares <= slabs / 2);
+      CHECK(prime_like_kernel(core) == spares);
+      CHECK(heap.header().frontier[0] == count + spares);
+      for (std::uint32_t i = 0; i < num_groups * (mask + 1); ++i) {
+        unsigned const g = i / (mask + 1);
+        unsigned const slot = i % (mask + 1);
+        CHECK(slot_id(slot_word_of(heap.header(), g, slot)) == (i < count ? i : empty_id));
+        CHECK(spare_word_of(heap.header(), g, slot) ==
+              (i < count && spares != 0 ? count + i : no_slab));
+      }
+    }
+  }
+  // The primed slabs and the spares lie in a row: in the second arena when the first is short.
+  host_heap split{{12, 20}, false};
+  split.header().slot_mask = 0;
+  std::uint32_t spares = split.core().spare_count(split.core().prime_count());
+  REQUIRE(spares == num_groups);
+  CHECK(split.core().take_prime_slabs(num_groups, spares) == make_slab_id(1, 0));
+  CHECK(spares == num_groups);
+  // No arena has so many fresh slabs left in a row: the slots are primed, with no spares.
+  host_heap short_of_fresh{{15, 15, 15}, false};
+  short_of_fresh.header().slot_mask = 0;
+  auto core = short_of_fresh.core();
+  spares = core.spare_count(core.prime_count());
+  REQUIRE(spares == num_groups);
+  CHECK(core.take_prime_slabs(num_groups, spares) == make_slab_id(0, 0));
+  CHECK(spares == 0);
+}
+
+TEST_CASE("a slot's spare is its next install: no search, no format, the slab's blocks in order",
+          "[heap][core]") {
+  host_heap heap{{40}, false};
+  heap.header().slot_mask = 0;
+  auto core = heap.core();
+  REQUIRE(prime_like_kernel(core) == num_groups);
+  REQUIRE(heap.header().frontier[0] == 2 * num_groups);
+  unsigned constexpr big = 8;  // 4 KiB blocks: group 4, primed slab 4, spare 12
+  std::uint32_t const capacity = class_capacity(big);
+  // The spare was formatted for its slot: open, its units unclaimed.
+  CHECK(heap.header().arenas[0].meta[12].state == make_state(4, open_state | 0));
+  CHECK(remaining_units(heap.header().arenas[0].meta[12].remaining) == group_units(4));
+  std::vector<claim_result> taken;
+  std::uint32_t blocks = 0;
+  while (blocks < capacity + 3) {
+    claim_result const got = core.claim(big, 0, 7, 0);
+    REQUIRE(got.count != 0);
+    taken.push_back(got);
+    blocks += got.count;
+  }
+  // The primed slab's blocks, then the spare's from its start: no fresh slab was taken.
+  CHECK(heap.header().frontier[0] == 2 * num_groups);
+  CHECK(spare_word_of(heap.header(), 4, 0) == no_slab);
+  CHECK(slot_id(slot_word_of(heap.header(), 4, 0)) == 12);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(taken.back().first, id, offset));
+  CHECK(id == 12);
+  CHECK(offset == 0);
+  CHECK(heap.header().arenas[0].meta[12].state == make_state(4, open_state | 0));
+  // The next install has no spare: a fresh slab.
+  while (blocks < 2 * capacity + 1) {
+    claim_result const got = core.claim(big, 0, 7, 0);
+    REQUIRE(got.count != 0);
+    taken.push_back(got);
+    blocks += got.count;
+  }
+  CHECK(heap.header().frontier[0] == 2 * num_groups + 1);
+  CHECK(heap.blocks_in_use() == blocks);
+  for (claim_result const& got : taken) {
+    for (std::uint32_t i = 0; i < got.count; ++i) {
+      core.free_one(got.first + i * class_bytes(big), 0);
+    }
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  // A slot that has a spare keeps it: the slab offered goes on a stack, not lost.
+  std::uint32_t const spare3 = spare_word_of(heap.header(), 3, 0);
+  core.add_spare(3, 0, core.take_fresh_slabs(1), 0);
+  CHECK(spare_word_of(heap.header(), 3, 0) == spare3);
+  // Nothing is live: the slots give up their slabs and spares to one block of the whole heap.
+  CHECK(core.allocate_large(40 * slab_bytes, 0) != nullptr);
+}
+
+TEST_CASE("spares and primed slabs come back when memory runs short", "[heap][core]") {
+  host_heap heap{{32}, false};
+  heap.header().slot_mask = 0;
+  auto core = heap.core();
+  REQUIRE(prime_like_kernel(core) == num_groups);
+  SECTION("to one block of the whole heap") {
+    claim_result const got = core.claim(3, 0, 5, 0);  // one primed slab with freed blocks
+    REQUIRE(got.count == 5);
+    for (std::uint32_t i = 0; i < 5; ++i) {
+      core.free_one(got.first + i * class_bytes(3), 0);
+    }
+    void* whole = core.allocate_large(32 * slab_bytes, 0);
+    REQUIRE(whole != nullptr);
+    for (unsigned g = 0; g < num_groups; ++g) {
+      CHECK(!is_slab(slot_id(slot_word_of(heap.header(), g, 0))));
+      CHECK(spare_word_of(heap.header(), g, 0) == no_slab);
+    }
+    CHECK(heap.blocks_in_use() == 1);
+    core.free_one(whole, 0);
+  }
+  SECTION("to one class that fills the heap") {
+    unsigned constexpr big = 14;  // 256 KiB blocks, 4 a slab
+    std::vector<claim_result> taken;
+    std::uint64_t blocks = 0;
+    for (claim_result got = core.claim(big, 0, 3, 0); got.count != 0;
+         got = core.claim(big, 0, 3, 0)) {
+      taken.push_back(got);
+      blocks += got.count;
+    }
+    CHECK(blocks == 32 * std::uint64_t{class_capacity(big)});
+    for (claim_result const& got : taken) {
+      for (std::uint32_t i = 0; i < got.count; ++i) {
+        core.free_one(got.first + i * class_bytes(big), 0);
+      }
+    }
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(core.allocate_large(32 * slab_bytes, 0) != nullptr);  // nothing is lost
+}
+
 TEST_CASE("a large block gathers the slabs primed for the slots, used or not", "[heap][core]") {
   host_heap heap{{15}, false};
   auto core = heap.core();
@@ -1037,6 +1181,29 @@ TEST_CASE("threads churning a primed heap take other groups' unused slabs, never
   }
   CHECK(heap.blocks_in_use() == 0);
   CHECK(core.allocate_large(12 * slab_bytes, 0) != nullptr);  // every slab came back
+}
+
+TEST_CASE("threads churning a heap primed with spares never hand a block out twice",
+          "[heap][core][threads]") {
+  // 4 slots with a primed slab and a spare each per group: 64 of the 160 slabs. The threads'
+  // installs take the spares as they use the primed slabs up, racing with each other, with the
+  // claims of their slots and, once the fresh slabs are gone, with the searches that give the
+  // spares of idle groups back.
+  host_heap heap{{160}, false};
+  heap.header().slot_mask = 3;
+  auto core = heap.core();
+  REQUIRE(prime_like_kernel(core) == 4 * num_groups);
+  auto const [errors, handed_out] = run_churn(heap, 200000, 64, 4);
+  CHECK(errors == 0);
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().counters.invalid_frees == 0);
+  CHECK(handed_out > 160 * std::uint64_t{class_capacity(8)});
+  for (unsigned slot = 0; slot < 4; ++slot) {
+    for (unsigned g = 0; g < 5; ++g) {  // the groups that the churn claims
+      CHECK(spare_word_of(heap.header(), g, slot) == no_slab);
+    }
+  }
+  CHECK(core.allocate_large(160 * slab_bytes, 0) != nullptr);  // every slab came back
 }
 
 TEST_CASE("large blocks among small ones find runs gathered from emptied slabs and freed pieces",

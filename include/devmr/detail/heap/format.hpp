@@ -35,6 +35,7 @@ inline void initialize(heap_header& h, bool checked) {
   for (unsigned g = 0; g < num_groups; ++g) {
     for (unsigned slot = 0; slot < max_slots; ++slot) {
       slot_word_of(h, g, slot) = empty_slot;
+      spare_word_of(h, g, slot) = no_slab;
     }
   }
   h.checked = checked ? 1u : 0u;

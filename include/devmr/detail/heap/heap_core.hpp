@@ -394,10 +394,10 @@ class heap_core {
   /// current slabs whose blocks are all free (reopen_slab), and the install takes one of those.
   /// Otherwise the slot is left vacant (give_up) for the claims that wait for it to claim again,
   /// the first of them searching in turn.
-  /// `first`: arena 0's entry, read before acquire_run, whose acquires empty the SM's L1 cache.
+  /// `first`: arena 0's entry, read before take_slab, whose acquires empty the SM's L1 cache.
   DEVMR_HOST_DEVICE pair_claim install(
       unsigned g, unsigned slot, std::uint32_t want, unsigned hint, arena_view const& first) const {
-    std::uint32_t id = acquire_run(1, hint, want != 0 ? g : num_groups);
+    std::uint32_t id = take_slab(g, slot, want, hint);
     if (id == no_slab && want != 0) {
       pair_claim const got = steal(g, slot, want);
       if (got.counts != 0) {
@@ -417,8 +417,45 @@ class heap_core {
     std::uint32_t const large = want >> 16;
     std::uint32_t const s = small < units ? small : units - 1;
     std::uint32_t const l = large < (units - 1 - s) / 2 ? large : (units - 1 - s) / 2;
-    publish(g, slot, id, s, l, first);
+    bool const spare = (id & spare_taken) != 0;
+    id &= ~spare_taken;
+    publish(g, slot, id, s, l, first, !spare);
     return {data(id, first), l << 16, s | l << 16};
+  }
+
+  /// Marks an id that take_slab returns: the slot's spare, formatted for it already.
+  static constexpr std::uint32_t spare_taken = std::uint32_t{1} << 31;
+  static_assert((((max_arenas - 1) << arena_id_shift | (max_slabs_per_arena - 1)) & spare_taken) ==
+                0);
+
+  /// A slab for the install of slot `slot` of group `g` (`want`: what the installing claim
+  /// wants, see install): the slot's spare, if it has one (marked spare_taken: formatted for the
+  /// slot), else one from the caller's shard or the fresh slabs, else an unused slab of another
+  /// group in its slot (for a claim that wants blocks), else any (acquire_run); no_slab when the
+  /// heap has none. The spare's exchange and the shard's load go out together, so that an
+  /// install whose slot has no spare (every install but the first after prime) waits no longer
+  /// than it did for the load alone. Out of line, for the registers of the allocating kernels.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t take_slab(unsigned g,
+                                                           unsigned slot,
+                                                           std::uint32_t want,
+                                                           unsigned hint) const {
+    std::uint64_t& shard = shard_head(hint);
+    std::uint64_t const top = atomic(shard).load(relaxed);
+    std::uint32_t const spare = atomic(spare_word_of(*h_, g, slot)).exchange(no_slab, relaxed);
+    if (spare != no_slab) {
+      // acquire: pairs with add_spare's release, so the spare's format happens before its use.
+      cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
+      return spare | spare_taken;
+    }
+    if (std::uint32_t const id = take_near(hint, shard, top); id != no_slab) {
+      return id;
+    }
+    if (want != 0) {
+      if (std::uint32_t const id = reclaim_slab(g, hint, false); id != no_slab) {
+        return id;
+      }
+    }
+    return acquire_run(1, hint, want != 0 ? g : num_groups);
   }
 
   /// Gives slot `slot` of group `g` slab `id` (no_slab: one that it searches for) while the
@@ -426,7 +463,8 @@ class heap_core {
   /// waiting for an install (slab_heap primes its slots when it is made, grown and reset). It
   /// takes the install as a waiter takes one over (see take_over), so claims that come meanwhile
   /// wait for it. A slot that holds anything else is left alone, and `id` goes on a stack.
-  DEVMR_HOST_DEVICE void prime(unsigned g, unsigned slot, std::uint32_t id, unsigned hint) const {
+  /// True when the slot was vacant.
+  DEVMR_HOST_DEVICE bool prime(unsigned g, unsigned slot, std::uint32_t id, unsigned hint) const {
     atomic(h_->idle_slots.value).store(1, relaxed);  // see reclaim_slab
     std::uint64_t vacant = empty_slot;
     if (!atomic(slot_word_of(*h_, g, slot))
@@ -435,13 +473,40 @@ class heap_core {
         make_free_head(id, 1);
         push(id, hint);
       }
-      return;
+      return false;
     }
     if (id == no_slab) {
       install(g, slot, 0, hint, arena(0));
     } else {
       publish(g, slot, id, 0, 0, arena(0));
     }
+    return true;
+  }
+
+  /// Formats fresh slab `id` for slot `slot` of group `g` and leaves it as the slot's spare
+  /// (see slot_line), which the slot's next install takes with one exchange: so the second slab
+  /// of a slot after a heap is made, grown or reset is installed without a search, a format and
+  /// the release that waits for the format's stores (at 2^16 threads, 4 KiB blocks, every SM
+  /// installs one while its other warps wait: bench/RESULTS.md, twenty-first session). A slot
+  /// that has a spare keeps it, and `id` goes on a stack. Spares come back when memory runs
+  /// short (close_slots).
+  DEVMR_HOST_DEVICE void add_spare(unsigned g,
+                                   unsigned slot,
+                                   std::uint32_t id,
+                                   unsigned hint) const {
+    format_small(id, g, slot, arena(0));
+    std::uint32_t none = no_slab;
+    // release: the format happens before the install that takes the spare (take_slab).
+    if (!atomic(spare_word_of(*h_, g, slot)).compare_exchange_strong(none, id, release, relaxed)) {
+      make_free_head(id, 1);
+      push(id, hint);
+    }
+  }
+
+  /// How many spares prime adds for `primed` slots primed (prime_count): one each, while the
+  /// primed slabs and the spares together stay within half of the heap's slabs; else none.
+  DEVMR_HOST_DEVICE std::uint32_t spare_count(std::uint32_t primed) const {
+    return std::uint64_t{primed} * 4 <= heap_slabs(*h_) ? primed : 0;
   }
 
   /// The slots that claims use: the mask's count, and on the device no more than the SMs (an SM
@@ -472,6 +537,34 @@ class heap_core {
   /// `count` fresh slabs in a row (never handed out), for prime: the first's id, or no_slab.
   DEVMR_HOST_DEVICE std::uint32_t take_fresh_slabs(std::uint32_t count) const {
     return take_fresh(count, 0);
+  }
+
+  /// The fresh slabs for priming `count` slots (prime_count) and, if `spares` (spare_count;
+  /// set to 0 when there are not so many fresh slabs in a row), their spares: the first's id
+  /// (then prime_slot for each slot), or no_slab.
+  DEVMR_HOST_DEVICE std::uint32_t take_prime_slabs(std::uint32_t count,
+                                                   std::uint32_t& spares) const {
+    if (spares != 0) {
+      if (std::uint32_t const first = take_fresh(count + spares, 0); first != no_slab) {
+        return first;
+      }
+      spares = 0;
+    }
+    return take_fresh(count, 0);
+  }
+
+  /// Primes the `i`th of `count` slots (group by group, `slots` in each) with slab `first + i`
+  /// (a search when `first` is no_slab), and gives it spare `first + count + i` if `spares`
+  /// (see take_prime_slabs). prime_kernel's threads call it, one `i` each.
+  DEVMR_HOST_DEVICE void prime_slot(std::uint32_t i,
+                                    std::uint32_t slots,
+                                    std::uint32_t first,
+                                    std::uint32_t count,
+                                    std::uint32_t spares) const {
+    prime(i / slots, i % slots, first == no_slab ? no_slab : first + i, i % slots);
+    if (spares != 0) {
+      add_spare(i / slots, i % slots, first + count + i, i % slots);
+    }
   }
 
   /// Gives back blocks of slab `id` (frees): `count` as freed_blocks counts them (a large run's
@@ -678,19 +771,11 @@ class heap_core {
   /// takes no snapshot of the returns (an acquire load that would hold back every load after it,
   /// a round trip on every install): only once it has found nothing do the careful searches begin.
   /// `reclaim_for`: the group of a claim that needs one slab (num_groups: none), which may take
-  /// an unused slab from a slot of another group (see reclaim_slab).
+  /// an unused slab from a slot of another group (see reclaim_slab) once the search found none.
+  /// (A claim's install looks in its own shard, the fresh slabs and its own slot first:
+  /// take_slab.)
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t acquire_run(
       std::uint32_t slabs, unsigned hint, unsigned reclaim_for = num_groups) const {
-    if (reclaim_for < num_groups) {
-      // A claim's slab: its own shard or a fresh slab, else an unused slab of another group in
-      // its own slot, before the long search.
-      if (std::uint32_t const id = take_near(hint); id != no_slab) {
-        return id;
-      }
-      if (std::uint32_t const id = reclaim_slab(reclaim_for, hint, false); id != no_slab) {
-        return id;
-      }
-    }
     if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
       return id;
     }
@@ -758,7 +843,14 @@ class heap_core {
 
   /// One slab from this hint's shard or the fresh ones; no_slab when neither has one.
   DEVMR_HOST_DEVICE std::uint32_t take_near(unsigned hint) const {
-    std::uint32_t const id = pop(shard_head(hint));
+    std::uint64_t& shard = shard_head(hint);
+    return take_near(hint, shard, atomic(shard).load(relaxed));
+  }
+  /// The same, where the caller loaded the shard's head `top` already.
+  DEVMR_HOST_DEVICE std::uint32_t take_near(unsigned hint,
+                                            std::uint64_t& shard,
+                                            std::uint64_t top) const {
+    std::uint32_t const id = pop(shard, top);
     if (id == no_slab) {
       return take_fresh(1, hint);  // never handed out: no frees to order before its use
     }
@@ -786,15 +878,19 @@ class heap_core {
     return id;
   }
 
-  /// Formats slab `id` for group `g` with its first `small` and `large` blocks claimed, and
-  /// publishes it in slot `slot` of the group, which this thread holds (see install).
+  /// Formats slab `id` for group `g` (unless `format` is false: a spare, formatted for the slot
+  /// by prime) with its first `small` and `large` blocks claimed, and publishes it in slot
+  /// `slot` of the group, which this thread holds (see install).
   DEVMR_HOST_DEVICE void publish(unsigned g,
                                  unsigned slot,
                                  std::uint32_t id,
                                  std::uint32_t small,
                                  std::uint32_t large,
-                                 arena_view const& first) const {
-    format_small(id, g, slot, first);
+                                 arena_view const& first,
+                                 bool format = true) const {
+    if (format) {
+      format_small(id, g, slot, first);
+    }
     // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
     // replaces is closed: the used-up slab, an installing id, or the slab that another
     // installer (a waiter that took over) published first.
@@ -885,9 +981,10 @@ class heap_core {
   /// its mark joins those of the slabs beside it, one addition to the bitmap word for them all
   /// (the primed slabs of a class lie in a row, slot after slot). The words of one class are
   /// read four at a time. So the first large block that gathers a run after a reset does not
-  /// pay some five round trips for each of the ~2000 slabs primed on the H200. The slabs are in
-  /// flight meanwhile (out of their slots, not yet marked), so that a search that misses them
-  /// looks again (acquire_run) instead of reporting the heap out of memory.
+  /// pay some five round trips for each of the ~2000 slabs primed on the H200. The slots'
+  /// spares (see add_spare) go the same way, after the current slabs (they lie in a row too).
+  /// The slabs are in flight meanwhile (out of their slots, not yet marked), so that a search
+  /// that misses them looks again (acquire_run) instead of reporting the heap out of memory.
   DEVMR_HOST_DEVICE bool close_slots() const {
     begin_in_flight();
     constexpr unsigned batch = 4;
@@ -895,6 +992,19 @@ class heap_core {
     bool closed = false;
     std::uint32_t row = no_slab;  // the first slab of the bitmap word whose marks are gathered
     std::uint64_t marks = 0;
+    // Slab `id` of group `g`, which this thread took with no block claimed, marked empty.
+    auto const gather = [&](std::uint32_t id, unsigned g) {
+      closed = true;
+      atomic(meta(id).remaining).store(0, relaxed);  // empty: what statistics read
+      atomic(meta(id).state).store(make_state(g, 0), relaxed);
+      std::uint32_t const start = id - index_of(id) % 64;
+      if (start != row) {
+        flush_marks(row, marks);
+        row = start;
+        marks = 0;
+      }
+      marks |= std::uint64_t{1} << (index_of(id) % 64);
+    };
     DEVMR_ROLLED for (unsigned g = 0; g < num_groups; ++g) {
       std::uint32_t const units = group_units(g);
       DEVMR_ROLLED for (std::uint32_t first = 0; first < slots; first += batch) {
@@ -918,20 +1028,31 @@ class heap_core {
                    .compare_exchange_strong(expected, empty_slot, acquire, relaxed)) {
             continue;
           }
-          closed = true;
           if (used != 0) {
+            closed = true;
             close(seen[k], g);
             continue;
           }
-          atomic(meta(id).remaining).store(0, relaxed);  // empty: what statistics read
-          atomic(meta(id).state).store(make_state(g, 0), relaxed);
-          std::uint32_t const start = id - index_of(id) % 64;
-          if (start != row) {
-            flush_marks(row, marks);
-            row = start;
-            marks = 0;
+          gather(id, g);
+        }
+      }
+    }
+    DEVMR_ROLLED for (unsigned g = 0; g < num_groups; ++g) {
+      DEVMR_ROLLED for (std::uint32_t first = 0; first < slots; first += batch) {
+        std::uint32_t seen[batch];
+        for (unsigned k = 0; k < batch; ++k) {
+          seen[k] =
+              first + k < slots ? atomic(spare_word_of(*h_, g, first + k)).load(relaxed) : no_slab;
+        }
+        for (unsigned k = 0; k < batch; ++k) {
+          // acquire: add_spare's format happens before this thread's stores to the metadata.
+          if (seen[k] != no_slab) {
+            std::uint32_t const id =
+                atomic(spare_word_of(*h_, g, first + k)).exchange(no_slab, acquire);
+            if (id != no_slab) {
+              gather(id, g);
+            }
           }
-          marks |= std::uint64_t{1} << (index_of(id) % 64);
         }
       }
     }
@@ -1506,10 +1627,13 @@ class heap_core {
 
   /// Pops a free run from the stack with head `word`, or no_slab.
   DEVMR_HOST_DEVICE std::uint32_t pop(std::uint64_t& word) const {
+    return pop(word, atomic(word).load(relaxed));
+  }
+  /// The same, from `top`, a value of the head that the caller loaded.
+  DEVMR_HOST_DEVICE std::uint32_t pop(std::uint64_t& word, std::uint64_t top) const {
     auto head = atomic(word);
     // An empty stack (as every stack of a fresh heap is) needs no acquire, which would empty the
     // SM's L1 cache and make the loads after it round trips.
-    std::uint64_t top = head.load(relaxed);
     if (static_cast<std::uint32_t>(top) == no_slab) {
       return no_slab;
     }

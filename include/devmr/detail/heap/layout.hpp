@@ -288,9 +288,12 @@ struct alignas(128) padded_word {
   std::uint64_t value;
 };
 
-/// The slot words of one slot, one per group, alone in their line.
+/// The slot words of one slot, one per group, alone in their line, and beside them the slot's
+/// spare slabs: one per group at most, formatted for the slot by prime, which the slot's next
+/// install takes instead of searching for a slab and formatting it (no_slab: none).
 struct alignas(128) slot_line {
   std::uint64_t groups[num_groups];
+  std::uint32_t spares[num_groups];
 };
 
 /// Everything kernels need, in device-accessible memory; a slab_ref points at it.
@@ -336,6 +339,11 @@ DEVMR_HOST_DEVICE inline std::uint64_t slot_word_of(heap_header const& h,
                                                     unsigned g,
                                                     unsigned slot) {
   return h.slots[slot].groups[g];
+}
+
+/// The spare slab of group `g` in slot `slot` (see slot_line).
+DEVMR_HOST_DEVICE inline std::uint32_t& spare_word_of(heap_header& h, unsigned g, unsigned slot) {
+  return h.slots[slot].spares[g];
 }
 
 /// Blocks of class `cls` that a slab holds when it holds no other class.

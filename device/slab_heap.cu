@@ -118,6 +118,13 @@ void prime(heap_header* h, cudaStream_t stream) {
   DEVMR_CUDA_TRY(cudaPeekAtLastError());
 }
 
+/// Primes on the legacy stream and waits for it (construction and grow): kernels launched
+/// afterwards, on any stream, then run after it, as the spares need (heap_core::add_spare).
+void prime_and_wait(heap_header* h) {
+  prime(h, cudaStreamLegacy);
+  DEVMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
+}
+
 /// Adds up the blocks in use of every slab handed out so far (heads only: body slabs of runs and
 /// free runs count nothing).
 __global__ void stats_kernel(heap_header* h, scan_totals* totals) {
@@ -261,7 +268,7 @@ slab_heap<Kind>::slab_heap(pool_resource<Kind>& upstream, heap_options options)
     add_arena(options_.initial_bytes);
     detail::device_guard const guard{device_};
     DEVMR_CUDA_TRY(cudaMemcpy(header_, image_.get(), sizeof(hp::heap_header), cudaMemcpyDefault));
-    hp::prime(header_, cudaStreamLegacy);
+    hp::prime_and_wait(header_);
   } catch (...) {
     destroy();
     throw;
@@ -339,7 +346,7 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
                             cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->arena_count, &image_->arena_count, sizeof(std::uint32_t),
                             cudaMemcpyDefault));
-  hp::prime(header_, cudaStreamLegacy);  // the slots that a larger mask brings into use
+  hp::prime_and_wait(header_);  // the slots that a larger mask brings into use
   std::lock_guard lock{hp::registry_mutex};
   auto const base = reinterpret_cast<std::uintptr_t>(arenas_.back().data);
   hp::registry()[header_].ranges.emplace_back(base, base + arenas_.back().data_bytes);

@@ -59,17 +59,19 @@ struct heap_stats {
  * from the slab's start, the larger from its end. Larger blocks are runs of whole slabs. Slabs
  * are formatted lazily, so construction does not depend on the heap's size; only the slots of
  * the SMs' current slabs get one up front (construction, `grow` and `reset` launch one block of
- * threads for it), so that the first allocations on an SM do not all wait for it to install one.
- * Those slabs stay within half of the heap: from 2 GiB every SM has a slot, and from 3 GiB every
- * slot a slab of every pair of classes (on the H200's 132 SMs); smaller heaps have fewer slots
- * than SMs, which then share them (one per 8 slabs of the heap: 1 GiB 128 slots, 512 MiB 64),
- * and only their smallest classes get a slab up front. A slot gives its slab back when memory runs
- * short while none of its blocks is live. A slab hands each of its blocks out once and returns to
- * circulation when all its blocks are freed, so a long-lived block keeps its slab from being
- * reused. Free runs of slabs are split for shorter requests; free slabs merge into a longer run
- * when a large block needs one (a slower search, taken only when no free run is long enough). Runs
- * never span two arenas, and the slabs that slots hold as current ones (partly handed out) split
- * the free space around them.
+ * threads for it, which construction and `grow` wait for), so that the first allocations on an SM
+ * do not all wait for it to install one. Those slabs stay within half of the heap: from 2 GiB
+ * every SM has a slot, and from 3 GiB every slot a slab of every pair of classes (on the H200's
+ * 132 SMs); smaller heaps have fewer slots than SMs, which then share them (one per 8 slabs of
+ * the heap: 1 GiB 128 slots, 512 MiB 64), and only their smallest classes get a slab up front.
+ * Where a second slab for every slot still fits in that half (32 MiB per SM: 4.125 GiB on the
+ * H200), each slot also gets a spare, formatted for it, which its next install takes. A slot
+ * gives its slabs back when memory runs short while none of their blocks is live. A slab hands each
+ * of its blocks out once and returns to circulation when all its blocks are freed, so a long-lived
+ * block keeps its slab from being reused. Free runs of slabs are split for shorter requests; free
+ * slabs merge into a longer run when a large block needs one (a slower search, taken only when no
+ * free run is long enough). Runs never span two arenas, and the slabs that slots hold as current
+ * ones (partly handed out) split the free space around them.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still

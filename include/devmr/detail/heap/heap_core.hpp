@@ -443,8 +443,6 @@ class heap_core {
     std::uint64_t const top = atomic(shard).load(relaxed);
     std::uint32_t const spare = atomic(spare_word_of(*h_, g, slot)).exchange(no_slab, relaxed);
     if (spare != no_slab) {
-      // acquire: pairs with add_spare's release, so the spare's format happens before its use.
-      cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
       return spare | spare_taken;
     }
     if (std::uint32_t const id = take_near(hint, shard, top); id != no_slab) {
@@ -484,20 +482,23 @@ class heap_core {
   }
 
   /// Formats fresh slab `id` for slot `slot` of group `g` and leaves it as the slot's spare
-  /// (see slot_line), which the slot's next install takes with one exchange: so the second slab
-  /// of a slot after a heap is made, grown or reset is installed without a search, a format and
-  /// the release that waits for the format's stores (at 2^16 threads, 4 KiB blocks, every SM
-  /// installs one while its other warps wait: bench/RESULTS.md, twenty-first session). A slot
-  /// that has a spare keeps it, and `id` goes on a stack. Spares come back when memory runs
+  /// (see heap_header::spares), which the slot's next install takes with one exchange: so the
+  /// second slab of a slot after a heap is made, grown or reset is installed without a search, a
+  /// format and the release that waits for the format's stores (at 2^16 threads, 4 KiB blocks,
+  /// every SM installs one while its other warps wait: bench/RESULTS.md, twenty-first session). A
+  /// slot that has a spare keeps it, and `id` goes on a stack. Spares come back when memory runs
   /// short (close_slots).
+  /// Only prime_kernel adds spares, and the kernels that take them run after it: slab_heap
+  /// waits for it when it is made or grown, and a reset is ordered on its stream. So the
+  /// kernel boundary orders the format before every use of the spare, and the spare word, its
+  /// take (take_slab, close_slots) and its publication need no release or acquire.
   DEVMR_HOST_DEVICE void add_spare(unsigned g,
                                    unsigned slot,
                                    std::uint32_t id,
                                    unsigned hint) const {
     format_small(id, g, slot, arena(0));
     std::uint32_t none = no_slab;
-    // release: the format happens before the install that takes the spare (take_slab).
-    if (!atomic(spare_word_of(*h_, g, slot)).compare_exchange_strong(none, id, release, relaxed)) {
+    if (!atomic(spare_word_of(*h_, g, slot)).compare_exchange_strong(none, id, relaxed, relaxed)) {
       make_free_head(id, 1);
       push(id, hint);
     }
@@ -888,13 +889,21 @@ class heap_core {
                                  std::uint32_t large,
                                  arena_view const& first,
                                  bool format = true) const {
+    // release: publishes the formatted slab to the claims, which acquire. A spare needs none:
+    // prime formatted it in an earlier kernel (see add_spare), and the release's fence, which
+    // waits for the SM's stores in flight, was most of what an install of one cost (2^16
+    // threads, 4 KiB blocks: 0.736 of the floor with it and an acquire on the take, 0.781
+    // without; bench/RESULTS.md, twenty-first session). Whatever the exchange replaces is
+    // closed: the used-up slab, an installing id, or the slab that another installer (a waiter
+    // that took over) published first.
+    std::uint64_t old;
     if (format) {
       format_small(id, g, slot, first);
+      old = atomic(slot_word_of(*h_, g, slot)).exchange(make_slot(id, small, large), release);
+    } else {
+      old = atomic(slot_word_of(*h_, g, slot)).exchange(make_slot(id, small, large), relaxed);
     }
-    // release: publishes the formatted slab to the claims, which acquire. Whatever the exchange
-    // replaces is closed: the used-up slab, an installing id, or the slab that another
-    // installer (a waiter that took over) published first.
-    close(atomic(slot_word_of(*h_, g, slot)).exchange(make_slot(id, small, large), release), g);
+    close(old, g);
   }
 
   /// A slab for a claim of group `g` from the slots of the other groups: one that a slot
@@ -1045,10 +1054,9 @@ class heap_core {
               first + k < slots ? atomic(spare_word_of(*h_, g, first + k)).load(relaxed) : no_slab;
         }
         for (unsigned k = 0; k < batch; ++k) {
-          // acquire: add_spare's format happens before this thread's stores to the metadata.
-          if (seen[k] != no_slab) {
+          if (seen[k] != no_slab) {  // (formatted in an earlier kernel: see add_spare)
             std::uint32_t const id =
-                atomic(spare_word_of(*h_, g, first + k)).exchange(no_slab, acquire);
+                atomic(spare_word_of(*h_, g, first + k)).exchange(no_slab, relaxed);
             if (id != no_slab) {
               gather(id, g);
             }

@@ -288,12 +288,9 @@ struct alignas(128) padded_word {
   std::uint64_t value;
 };
 
-/// The slot words of one slot, one per group, alone in their line, and beside them the slot's
-/// spare slabs: one per group at most, formatted for the slot by prime, which the slot's next
-/// install takes instead of searching for a slab and formatting it (no_slab: none).
+/// The slot words of one slot, one per group, alone in their line.
 struct alignas(128) slot_line {
   std::uint64_t groups[num_groups];
-  std::uint32_t spares[num_groups];
 };
 
 /// Everything kernels need, in device-accessible memory; a slab_ref points at it.
@@ -320,6 +317,13 @@ struct heap_header {
   /// Current-slab slots (see make_slot), by slot, then group: the words that one SM's claims add
   /// to share a line, which no other SM's claims touch (see slot_word_of).
   slot_line slots[max_slots];
+  /// Spare slabs, by slot, then group: one per slot and group at most, formatted for the slot
+  /// by prime, which the slot's next install takes instead of searching for a slab and
+  /// formatting it (no_slab: none; see heap_core::add_spare). Not in the slots' lines: there
+  /// the install's exchange waited behind the polls of the claims waiting for it (2^16
+  /// threads, 4 KiB blocks: 0.765 of the floor beside the slot words, 0.788 here;
+  /// bench/RESULTS.md, twenty-first session).
+  std::uint32_t spares[max_slots][num_groups];
 };
 
 /// Slabs in the published arenas of `h`.
@@ -341,9 +345,9 @@ DEVMR_HOST_DEVICE inline std::uint64_t slot_word_of(heap_header const& h,
   return h.slots[slot].groups[g];
 }
 
-/// The spare slab of group `g` in slot `slot` (see slot_line).
+/// The spare slab of group `g` in slot `slot` (see heap_header::spares).
 DEVMR_HOST_DEVICE inline std::uint32_t& spare_word_of(heap_header& h, unsigned g, unsigned slot) {
-  return h.slots[slot].spares[g];
+  return h.spares[slot][g];
 }
 
 /// Blocks of class `cls` that a slab holds when it holds no other class.

@@ -461,6 +461,49 @@ TEST_CASE("one SM fills the heap: the slabs primed for every SM's slots come bac
   CHECK(heap.stats().blocks_in_use == 0);
 }
 
+TEST_CASE(
+    "spare slabs: every slot gets one where the heap allows, installs take them, and they "
+    "come back",
+    "[heap][gpu]") {
+  int device = 0;
+  int sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // 48 MiB per SM: every SM has a slot, and a slab and a spare for each of its groups fit in
+  // half of the heap (5.0 GiB on the H200's 132 SMs, from 32 MiB per SM).
+  std::size_t const bytes = std::max(2 * gib, 48 * mib * static_cast<std::size_t>(sms));
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = bytes + gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = bytes}};
+  // Every group's slots hold a slab and a spare, with no block in use: both count for the
+  // group's small class.
+  auto const primed = heap.stats();
+  CHECK(primed.blocks_in_use == 0);
+  CHECK(primed.classes[0].slabs >= 2 * static_cast<std::size_t>(sms));
+  for (std::size_t c = 0; c < devmr::heap_stats::num_size_classes; ++c) {
+    INFO("size class " << c);
+    CHECK(primed.classes[c].slabs == (c % 2 == 0 ? primed.classes[0].slabs : 0));
+  }
+  // 4 KiB blocks for 2^16 threads: 256 MiB, more than the slabs primed for the class hold. The
+  // SMs that use theirs up install their spares: once the blocks are freed, those slots hold
+  // one slab of the class (the spare, partly handed out) where they held two.
+  block_table table{1u << 16};
+  allocate_verify_free(heap, table, 4096, 16);
+  std::size_t const class_4k = 8;
+  CHECK(heap.stats().classes[class_4k].slabs < primed.classes[class_4k].slabs);
+  // Nothing is live: the slots give up every spare and slab for one block of the whole heap.
+  for (int round = 0; round < 2; ++round) {
+    void* whole = heap.ref().allocate(heap.capacity());
+    CHECK(whole != nullptr);
+    CHECK(heap.stats().large_blocks_in_use == 1);
+    heap.ref().deallocate(whole, heap.capacity());
+    CHECK(heap.stats().blocks_in_use == 0);
+    // A reset primes the slots and their spares again.
+    heap.reset();
+    CHECK(heap.stats().classes[0].slabs == primed.classes[0].slabs);
+    allocate_verify_free(heap, table, 0, 16);
+  }
+}
+
 TEST_CASE("free slabs merge again: one block as large as the heap", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib}};

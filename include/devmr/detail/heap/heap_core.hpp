@@ -910,11 +910,11 @@ class heap_core {
   /// holds with no block claimed (a primed one that never served a claim, or a next one
   /// installed meanwhile) is taken from it for the caller's install. With nothing claimed
   /// nothing was freed, so the slot word alone tells, and once the swap has taken the slab from
-  /// its slot it is the caller's: no mark, no second search. acquire_run looks in the caller's
+  /// its slot it is the caller's: no mark, no second search. take_slab looks in the caller's
   /// own slot right after the fresh slabs (not `everywhere`: four loads of one line, so that a
   /// heap filled past what priming left fresh does not search every stack and bitmap per slab),
-  /// and in every slot, from the caller's on, as a last resort (a cursor that skipped slots
-  /// found without any gained nothing measurable: bench/RESULTS.md, ninth session). A full
+  /// and acquire_run in every slot, from the caller's on, as a last resort (a cursor that skipped
+  /// slots found without any gained nothing measurable: bench/RESULTS.md, ninth session). A full
   /// scan that finds none clears the heap's idle_slots flag, which priming sets, so that
   /// a heap out of memory does not scan again on every failed claim. Slabs of the group itself
   /// stay: moving one between its slots gains nothing (a claim that finds no slab takes blocks
@@ -1365,7 +1365,7 @@ class heap_core {
     return seen;
   }
 
-  /// Formats slab `id` (from acquire_run) for group `g`, to be installed in slot `slot`. The
+  /// Formats slab `id` (from take_slab or prime) for group `g`, to be installed in slot `slot`. The
   /// counts are stored first: with arena 0's entry at hand they need no load, and the install's
   /// release waits for them while the flag of checked heaps is read.
   DEVMR_HOST_DEVICE void format_small(std::uint32_t id,

@@ -903,7 +903,14 @@ class heap_core {
     } else {
       old = atomic(slot_word_of(*h_, g, slot)).exchange(make_slot(id, small, large), relaxed);
     }
-    close(old, g);
+    // A slab with room in the slot was published meanwhile by another installer (a waiter that
+    // took over). acquire: its format, which that publication released, happens before close's
+    // stores to its metadata (or the count's first subtraction could come before the format's
+    // store). Installs that replace anything else, as nearly all do, pay no fence.
+    if (is_slab(slot_id(old)) && unit_count(old) < group_units(g)) {
+      cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
+      close(old, g);
+    }
   }
 
   /// A slab for a claim of group `g` from the slots of the other groups: one that a slot

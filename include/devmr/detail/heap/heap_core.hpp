@@ -432,9 +432,10 @@ class heap_core {
   /// wants, see install): the slot's spare, if it has one (marked spare_taken: formatted for the
   /// slot), else one from the caller's shard or the fresh slabs, else an unused slab of another
   /// group in its slot (for a claim that wants blocks), else any (acquire_run); no_slab when the
-  /// heap has none. The spare's exchange and the shard's load go out together, so that an
-  /// install whose slot has no spare (every install but the first after prime) waits no longer
-  /// than it did for the load alone. Out of line, for the registers of the allocating kernels.
+  /// heap has none. The spare's exchange goes out together with the shard's load, which every
+  /// install waited for before (loading the spare word first, to exchange it only when it names
+  /// a slab, gained nothing: bench/RESULTS.md, twenty-first session). Out of line, for the
+  /// registers of the allocating kernels.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t take_slab(unsigned g,
                                                            unsigned slot,
                                                            std::uint32_t want,

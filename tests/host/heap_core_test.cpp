@@ -173,6 +173,19 @@ std::uint32_t class_count(std::uint64_t w, unsigned cls) {
   return is_large_class(cls) ? large_count(w) : small_count(w);
 }
 
+/// Frees, one at a time, every block of class `cls` that claim `got` handed out.
+void free_claimed(heap_core const& core, claim_result const& got, unsigned cls) {
+  for (std::uint32_t i = 0; i < got.count; ++i) {
+    core.free_one(got.first + i * class_bytes(cls), 0);
+  }
+}
+/// The same for every claim in `taken`.
+void free_claimed(heap_core const& core, std::vector<claim_result> const& taken, unsigned cls) {
+  for (claim_result const& got : taken) {
+    free_claimed(core, got, cls);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("size classes cover 16 B to half a slab, two to a group", "[heap][core]") {
@@ -582,11 +595,7 @@ TEST_CASE(
   }
   // The scan that found no more cleared the flag: a heap out of memory does not scan again.
   CHECK(heap.header().idle_slots.value == 0);
-  for (claim_result const& got : taken) {
-    for (std::uint32_t i = 0; i < got.count; ++i) {
-      core.free_one(got.first + i * class_bytes(big), 0);
-    }
-  }
+  free_claimed(core, taken, big);
   for (std::uint32_t i = 0; i < 10; ++i) {
     core.free_one(small.first + i * 16, 0);
   }
@@ -625,6 +634,8 @@ TEST_CASE("one-slab blocks and a new class's first claim take the slabs that idl
   CHECK(heap.header().counters.failed_allocations == 0);
 }
 
+namespace {
+
 /// Primes every slot as prime_kernel does after a heap is made or reset: the slots within half
 /// of the heap, each with a spare where the heap is large enough. The spares that it gave.
 std::uint32_t prime_like_kernel(heap_core const& core) {
@@ -636,6 +647,8 @@ std::uint32_t prime_like_kernel(heap_core const& core) {
   }
   return spares;
 }
+
+}  // namespace
 
 TEST_CASE("priming gives each slot a spare while primed slabs and spares fit in half the heap",
           "[heap][core]") {
@@ -715,11 +728,7 @@ TEST_CASE("a slot's spare is its next install: no search, no format, the slab's 
   }
   CHECK(heap.header().frontier[0] == 2 * num_groups + 1);
   CHECK(heap.blocks_in_use() == blocks);
-  for (claim_result const& got : taken) {
-    for (std::uint32_t i = 0; i < got.count; ++i) {
-      core.free_one(got.first + i * class_bytes(big), 0);
-    }
-  }
+  free_claimed(core, taken, big);
   CHECK(heap.blocks_in_use() == 0);
   // A slot that has a spare keeps it: the slab offered goes on a stack, not lost.
   std::uint32_t const spare3 = spare_word_of(heap.header(), 3, 0);
@@ -737,9 +746,7 @@ TEST_CASE("spares and primed slabs come back when memory runs short", "[heap][co
   SECTION("to one block of the whole heap") {
     claim_result const got = core.claim(3, 0, 5, 0);  // one primed slab with freed blocks
     REQUIRE(got.count == 5);
-    for (std::uint32_t i = 0; i < 5; ++i) {
-      core.free_one(got.first + i * class_bytes(3), 0);
-    }
+    free_claimed(core, got, 3);
     void* whole = core.allocate_large(32 * slab_bytes, 0);
     REQUIRE(whole != nullptr);
     for (unsigned g = 0; g < num_groups; ++g) {
@@ -759,11 +766,7 @@ TEST_CASE("spares and primed slabs come back when memory runs short", "[heap][co
       blocks += got.count;
     }
     CHECK(blocks == 32 * std::uint64_t{class_capacity(big)});
-    for (claim_result const& got : taken) {
-      for (std::uint32_t i = 0; i < got.count; ++i) {
-        core.free_one(got.first + i * class_bytes(big), 0);
-      }
-    }
+    free_claimed(core, taken, big);
   }
   CHECK(heap.blocks_in_use() == 0);
   CHECK(core.allocate_large(32 * slab_bytes, 0) != nullptr);  // nothing is lost
@@ -782,9 +785,7 @@ TEST_CASE("a large block gathers the slabs primed for the slots, used or not", "
   // others, which no claim touched, are marked together.
   claim_result const got = core.claim(3, 0, 5, 0);
   REQUIRE(got.count == 5);
-  for (std::uint32_t i = 0; i < 5; ++i) {
-    core.free_one(got.first + i * class_bytes(3), 0);
-  }
+  free_claimed(core, got, 3);
   void* whole = core.allocate_large(15 * slab_bytes, 0);
   REQUIRE(whole != nullptr);
   for (unsigned g = 0; g < num_groups; ++g) {
@@ -1174,11 +1175,7 @@ TEST_CASE("threads churning a primed heap take other groups' unused slabs, never
     }
   }
   CHECK(heap.header().idle_slots.value == 0);
-  for (claim_result const& got : taken) {
-    for (std::uint32_t i = 0; i < got.count; ++i) {
-      core.free_one(got.first + i * class_bytes(8), 0);
-    }
-  }
+  free_claimed(core, taken, 8);
   CHECK(heap.blocks_in_use() == 0);
   CHECK(core.allocate_large(12 * slab_bytes, 0) != nullptr);  // every slab came back
 }

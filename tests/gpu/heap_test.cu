@@ -604,6 +604,30 @@ __global__ void tight_churn(devmr::slab_ref<> ref,
   }
 }
 
+/// Each thread `rounds` x (allocate 32 KiB to 256 KiB, tag, check the tags, free without the
+/// size, as bulk frees do). Blocks of groups whose slabs hold 4 to 64 units: claims often make
+/// the fronts of a slab meet while frees into it look for their blocks' class, and those frees
+/// leave their blocks to the claim. Counts null blocks in `errors[0]` and overwritten tags in
+/// `errors[1]`.
+__global__ void sizeless_churn(devmr::slab_ref<> ref, int rounds, unsigned long long* errors) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int r = 0; r < rounds; ++r) {
+    std::size_t const bytes = std::size_t{32 << 10} << (fmix32(i * 7 + r) % 4);
+    auto* p = static_cast<std::uint32_t*>(ref.allocate(bytes));
+    if (p == nullptr) {
+      atomicAdd(&errors[0], 1ull);
+      continue;
+    }
+    write_tags(p, bytes, i ^ r);
+    auto const* last =
+        reinterpret_cast<std::uint32_t const*>(reinterpret_cast<char*>(p) + last_word(bytes));
+    if (*p != (i ^ r) || *last != ~(i ^ r)) {
+      atomicAdd(&errors[1], 1ull);
+    }
+    ref.deallocate(p, 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("churn of 10^8 allocate/free pairs leaves no block behind", "[heap][gpu][big]") {
@@ -621,6 +645,29 @@ TEST_CASE("churn of 10^8 allocate/free pairs leaves no block behind", "[heap][gp
   auto const s = heap.stats();
   CHECK(s.blocks_in_use == 0);
   CHECK(s.failed_allocations == 0);
+  cudaFree(errors);
+}
+
+TEST_CASE("frees without sizes racing the claims that use their slabs up lose no block",
+          "[heap][gpu]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
+  unsigned long long* errors = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&errors, 2 * sizeof(unsigned long long)));
+  errors[0] = errors[1] = 0;
+  // 4096 threads hold about 0.5 GiB at a time.
+  sizeless_churn<<<16, 256>>>(heap.ref(), 64, errors);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(errors[1] == 0);                // overwritten tags
+  CHECK(errors[0] < 4096u * 64 / 100);  // null blocks: out of memory now and then at most
+  auto const s = heap.stats();
+  CHECK(s.blocks_in_use == 0);
+  CHECK(s.bytes_in_use == 0);
+  // Every slab came back: one block takes the whole heap.
+  void* whole = heap.ref().allocate(heap.capacity());
+  CHECK(whole != nullptr);
+  heap.ref().deallocate(whole, heap.capacity());
+  CHECK(heap.stats().blocks_in_use == 0);
   cudaFree(errors);
 }
 

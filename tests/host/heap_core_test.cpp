@@ -1333,6 +1333,84 @@ TEST_CASE_METHOD(one_slot<4>,
   CHECK(small_count(slot) < capacity);
 }
 
+TEST_CASE_METHOD(one_slot<4>,
+                 "a free that does not know its block's class while its slab's fronts meet leaves "
+                 "it to the claim that made them meet",
+                 "[heap][core]") {
+  unsigned const g = group_of(cls);
+  std::uint32_t const units = group_units(g);
+  unsigned const shift = unit_shift(g);
+  pair_claim const got = core.claim_pair(g, 0, 3 | 2u << 16, 0, core.arena(0));
+  REQUIRE(got.small_count() == 3);
+  REQUIRE(got.large_count() == 2);
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(got.small_block(0, shift), id, offset));
+  slab_meta const& m = heap.header().arenas[0].meta[index_of(id)];
+  // A claim for every unit left and one more adds to the slot and stalls before it records the
+  // fronts: the slot's counts are past the slab's units, so nothing tells the blocks' classes.
+  std::uint32_t const rest = units - 3 - 2 * 2;
+  std::uint64_t const seen = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(rest + 1);
+  REQUIRE(seen == make_slot(id, 3, 2));
+  // Bulk frees of a small block and a large one return at once, and wait on the slab's state.
+  core.free_one(got.small_block(1, shift), 0);
+  core.free_one(got.large_block(0, shift + 1), 0);
+  CHECK(remaining_units(m.remaining) == units);
+  CHECK(pending_top(m.state) == (units - 4) + 1);  // on top: the last free's, the lower large
+  CHECK(open_slot(state_fields(m.state)) == 0);
+  // The claim goes on: it records the fronts, and frees the two pending blocks by their class.
+  claim_end end = claim_end::none;
+  pair_claim const last = core.take_blocks(seen, rest + 1, g, end, core.arena(0));
+  CHECK(end == claim_end::wants_more);
+  CHECK(last.small_count() == rest);
+  CHECK(m.state == make_state(g, make_fronts(3 + rest, 2)));
+  CHECK(remaining_units(m.remaining) == units - 3);
+  CHECK(large_freed(m.remaining) == 1);
+  // Every other block, freed without its size too, empties the slab.
+  core.free_one(got.small_block(0, shift), 0);
+  core.free_one(got.small_block(2, shift), 0);
+  core.free_one(got.large_block(1, shift + 1), 0);
+  for (std::uint32_t i = 0; i < rest; ++i) {
+    core.free_one(last.small_block(i, shift), 0);
+  }
+  CHECK(remaining_units(m.remaining) == 0);
+  CHECK(heap.header().arenas[0].empty_bits[0] == std::uint64_t{1} << index_of(id));
+  CHECK(heap.header().counters.invalid_frees == 0);
+}
+
+TEST_CASE_METHOD(one_slot<4>,
+                 "a free that does not know its block's class while its slab leaves its slot "
+                 "leaves it to the close",
+                 "[heap][core]") {
+  unsigned const g = group_of(cls);
+  std::uint32_t const units = group_units(g);
+  unsigned const shift = unit_shift(g);
+  pair_claim const got = core.claim_pair(g, 0, 3 | 1u << 16, 0, core.arena(0));
+  REQUIRE(got.counts == (3 | 1u << 16));
+  std::uint32_t id = 0;
+  std::size_t offset = 0;
+  REQUIRE(core.locate(got.small_block(0, shift), id, offset));
+  slab_meta const& m = heap.header().arenas[0].meta[index_of(id)];
+  // Another installer swaps the slab out of its slot and stalls before it closes it.
+  std::uint64_t const old =
+      cuda::atomic_ref<std::uint64_t>{slot}.exchange(make_slot(installing_last, 1));
+  REQUIRE(old == make_slot(id, 3, 1));
+  core.free_one(got.large_block(0, shift + 1), 0);
+  core.free_one(got.small_block(2, shift), 0);
+  core.free_one(got.small_block(0, shift), 0);
+  CHECK(remaining_units(m.remaining) == units);
+  CHECK(pending_top(m.state) == 1);  // the last free's block: the slab's first
+  // The close records the fronts, frees the pending blocks and gives back the unclaimed units.
+  core.close(old, g);
+  CHECK(m.state == make_state(g, make_fronts(3, 1)));
+  CHECK(remaining_units(m.remaining) == 1);
+  CHECK(large_freed(m.remaining) == 1);
+  CHECK(heap.header().arenas[0].empty_bits[0] == 0);
+  core.free_one(got.small_block(1, shift), 0);
+  CHECK(remaining_units(m.remaining) == 0);
+  CHECK(heap.header().arenas[0].empty_bits[0] == std::uint64_t{1} << index_of(id));
+}
+
 TEST_CASE("installers that stall and waiters that take over never hand a block out twice",
           "[heap][core][threads]") {
   // Many more threads than cores on one slot of a group with 16 units per slab (64 KiB and

@@ -213,7 +213,11 @@ __device__ inline void device_deallocate(heap_header* h,
       return;
     }
   } else if (bytes == 0) {
-    large = core.block_is_large(id, offset);
+    sizeless const kind = core.sizeless_class(p, id, offset);
+    if (kind == sizeless::pending) {
+      return;  // freed by the thread that ends its slab's claims
+    }
+    large = kind == sizeless::large;
   }
   free_with_peers(core, core.meta(id, first), id, callers, large, below);
 }

@@ -17,10 +17,11 @@
 //    wait for it, but only for a bounded time (~300 us on the device), then one of them takes the
 //    installation over (and the others wait for that one). No thread ever waits without bound on
 //    another: every other wait is a CAS retry that fails only because another thread made
-//    progress. (A free that does not know its block's size, deallocate_bulk's, may wait a moment
-//    for the claim that ends its slab's claims: see block_is_large.) The claim that makes the
-//    fronts meet records them in the slab's state, and whoever swaps a slab out of its slot ends
-//    its claims (close); either gives back the units left between the fronts.
+//    progress. (A free that does not know its block's size, deallocate_bulk's, and finds its
+//    slab's claims ending, leaves the block to the thread that ends them: see sizeless_class.)
+//    The claim that makes the fronts meet records them in the slab's state, and whoever swaps a
+//    slab out of its slot ends its claims (close); either gives back the units left between the
+//    fronts.
 //  - Freeing subtracts from the slab's `remaining` (units: a large block counts two);
 //    whoever brings it to zero (every block claimed and freed) recycles it: a small slab is only
 //    marked in its arena's bitmap of empty slabs (an atomic OR with no release; no other thread
@@ -164,6 +165,10 @@ enum class claim_end { none, got_all, wants_more };
 
 /// What a checked free decided.
 enum class free_check { proceed, done, rejected };
+
+/// What a free that does not know its block's size found it to be (heap_core::sizeless_class):
+/// small (or a large run), large, or pending, freed later by another thread.
+enum class sizeless { small, large, pending };
 
 /// A view of one heap's header: the operations of the lock-free core.
 class heap_core {
@@ -311,9 +316,10 @@ class heap_core {
   /// What a claim of the blocks of group `g` that `want` counts got from slot value `seen`, the
   /// value its addition replaced: nothing when it names no slab or one whose fronts met. A claim
   /// whose addition makes the fronts meet ends the slab's claims: it alone knows exactly what the
-  /// slab handed out, and records it in the slab's state here; one that still wants blocks gives
-  /// back the units left between the fronts (give_back_rest) before it installs. `end` says
-  /// whether it made them meet, and whether it still wants blocks.
+  /// slab handed out, and records it in the slab's state here (an exchange: the state may hold
+  /// frees left pending meanwhile, which it frees, see sizeless_class); one that still wants
+  /// blocks gives back the units left between the fronts (give_back_rest) before it installs.
+  /// `end` says whether it made them meet, and whether it still wants blocks.
   DEVMR_HOST_DEVICE pair_claim take_blocks(std::uint64_t seen,
                                            std::uint32_t want,
                                            unsigned g,
@@ -335,8 +341,12 @@ class heap_core {
     std::uint32_t const large_end = large_count(seen) + l;  // large blocks out, from the end
     if (small + 2 * large >= left) {
       end = small + 2 * large > left ? claim_end::wants_more : claim_end::got_all;
-      atomic(meta(id, first).state)
-          .store(make_state(g, make_fronts(small_count(seen) + s, large_end)), relaxed);
+      std::uint64_t const fronts = make_fronts(small_count(seen) + s, large_end);
+      std::uint64_t const was =
+          atomic(meta(id, first).state).exchange(make_state(g, fronts), relaxed);
+      if (pending_top(was) != 0) {
+        free_pending(id, pending_top(was));
+      }
     }
     return {data(id, first), small_count(seen) | large_end << 16, s | l << 16};
   }
@@ -351,17 +361,54 @@ class heap_core {
   }
 
   /// Ends the claims on slab `id` of group `g`, which handed out the blocks that `fronts` counts
-  /// (make_fronts): its state records them, and the `unclaimed` units between the fronts go back,
-  /// so that it is recycled once its blocks are freed. The state comes first: until the units go
-  /// back the slab cannot be recycled, so the state is still this life's. (Called out of line
-  /// from take_blocks, it took the allocating kernel from 64 registers to 70: take_blocks stores
-  /// the state itself, and its caller gives the units back.)
+  /// (make_fronts): its state records them (and the frees left pending meanwhile are freed, see
+  /// sizeless_class), and the `unclaimed` units between the fronts go back, so that it is
+  /// recycled once its blocks are freed. The state comes first: until the units go back the slab
+  /// cannot be recycled, so the state is still this life's. (Called out of line from take_blocks,
+  /// it took the allocating kernel from 64 registers to 70: take_blocks stores the state itself,
+  /// and its caller gives the units back.)
   DEVMR_HOST_DEVICE void end_claims(std::uint32_t id,
                                     unsigned g,
                                     std::uint64_t fronts,
                                     std::uint32_t unclaimed) const {
-    atomic(meta(id).state).store(make_state(g, fronts), relaxed);
+    std::uint64_t const was = atomic(meta(id).state).exchange(make_state(g, fronts), relaxed);
+    if (pending_top(was) != 0) {
+      free_pending(id, pending_top(was));
+    }
     give_back_units(id, unclaimed);
+  }
+
+  /// Frees the blocks that frees of unknown class left pending on slab `id` (sizeless_class),
+  /// `top` the last of them, once the exchange that ended the slab's claims took them off its
+  /// state: the fronts it stored say which are large. It runs about never, but inline: called
+  /// out of line from take_blocks and end_claims it took heap_bench's allocating kernel from 80
+  /// registers to 92 (and to 90 or 85 called from one of them, or from claim_pair), inline to
+  /// none more.
+  DEVMR_HOST_DEVICE void free_pending(std::uint32_t id, std::uint32_t top) const {
+    slab_meta& m = meta(id);
+    // acquire: the exchange continued the release sequences of the frees' pushes, so this load
+    // of its value orders their links and the last writes to their blocks before the reads
+    // below and the subtraction's release.
+    std::uint64_t const state = atomic(m.state).load(acquire);
+    unsigned const g = state_tag(state);
+    std::uint64_t const fronts = state_fields(state);
+    std::byte const* const base = data(id);
+    std::uint32_t small = 0;
+    std::uint32_t large = 0;
+    while (top != 0) {
+      std::size_t const offset = std::size_t{top - 1} << unit_shift(g);
+      if (block_is_large(offset, g, fronts)) {
+        ++large;
+      } else {
+        ++small;
+      }
+      top = *reinterpret_cast<std::uint32_t const*>(base + offset);
+    }
+    // A group's slab: no large run to retire (see free_blocks).
+    std::uint32_t const count = freed_blocks(small, large);
+    if (remaining_units(atomic(m.remaining).fetch_sub(count, release)) == remaining_units(count)) {
+      mark_empty(id);
+    }
   }
 
   /// Gives back `unclaimed` units of slab `id` of a group, as frees do (see free_blocks); a
@@ -601,32 +648,50 @@ class heap_core {
     }
   }
 
-  /// Whether the block at `offset` of slab `id` is of its group's large class, from the fronts of
-  /// the slab's claims: for frees that do not know the block's size (bulk frees). False for a
-  /// block of a large run. While the claims of the slab are ending (between the addition that
-  /// made its fronts meet, or the swap that took it out of its slot, and the store of its state
-  /// that follows at once) the fronts are unknown, and it waits for them.
-  DEVMR_HOST_DEVICE bool block_is_large(std::uint32_t id, std::size_t offset) const {
+  /// Whether the block at `offset` of a slab of group `g` whose claims handed out the blocks
+  /// that `fronts` counts is of the group's large class.
+  DEVMR_HOST_DEVICE static bool block_is_large(std::size_t offset,
+                                               unsigned g,
+                                               std::uint64_t fronts) {
+    return offset >= (std::size_t{small_count(fronts)} << unit_shift(g));
+  }
+
+  /// What a free that does not know its block's size (a bulk free) makes of the block `p`, at
+  /// `offset` of slab `id`: its class follows from the fronts of the slab's claims, in the slot
+  /// that holds the slab or, once its claims ended, in its state (a block of a large run counts
+  /// as small: the run's one unit). While the claims are ending (between the addition that made
+  /// the fronts meet, or the swap that took the slab out of its slot, and the exchange of its
+  /// state that follows at once) the fronts are known nowhere: then the block goes on the
+  /// slab's list of pending frees, in its state (pending_field), and the thread that ends the
+  /// claims frees it (free_pending). So no free waits for another thread's store. A push fails
+  /// only when another free pushed or the claims ended; the slab is not recycled meanwhile, as
+  /// the block is not freed yet.
+  DEVMR_HOST_DEVICE sizeless sizeless_class(void const* p,
+                                            std::uint32_t id,
+                                            std::size_t offset) const {
+    slab_meta& m = meta(id);
+    std::uint64_t state = atomic(m.state).load(relaxed);
     for (;;) {
-      std::uint64_t const state = atomic(meta(id).state).load(relaxed);
       std::uint32_t const g = state_tag(state);
       if (g >= num_groups) {
-        return false;
+        return sizeless::small;
       }
       // An open slab's slot counts the claim that handed the block out, which happened before
       // this free.
       std::uint64_t fronts = state_fields(state);
-      if ((fronts & open_state) != 0 &&
-          !open_fronts(atomic(slot_word_of(*h_, g, open_slot(fronts))).load(relaxed), id, g,
-                       fronts)) {
-#if DEVMR_IS_DEVICE_CODE
-        __nanosleep(64);
-#else
-        std::this_thread::yield();
-#endif
-        continue;
+      if ((fronts & open_state) == 0 ||
+          open_fronts(atomic(slot_word_of(*h_, g, open_slot(fronts))).load(relaxed), id, g,
+                      fronts)) {
+        return block_is_large(offset, g, fronts) ? sizeless::large : sizeless::small;
       }
-      return offset >= (std::size_t{small_count(fronts)} << unit_shift(g));
+      // The block is this thread's until it is freed: its first bytes link it to the list.
+      *static_cast<std::uint32_t*>(const_cast<void*>(p)) = pending_top(state);
+      std::uint64_t const top = ((offset >> unit_shift(g)) + 1) << pending_shift;
+      // release: the link, and the block's last writes, before the free that follows the list.
+      if (atomic(m.state).compare_exchange_weak(state, (state & ~pending_field) | top, release,
+                                                relaxed)) {
+        return sizeless::pending;
+      }
     }
   }
 
@@ -737,7 +802,7 @@ class heap_core {
 
   /// Frees one block from one thread (host paths and tests; kernels aggregate per warp). `bytes`:
   /// the size it was allocated with (as a resource's deallocate receives it), or 0 when unknown:
-  /// then the block's class follows from its offset and its slab's fronts (block_is_large).
+  /// then the block's class follows from its offset and its slab's fronts (sizeless_class).
   DEVMR_HOST_DEVICE void free_one(void const* p, unsigned hint, std::size_t bytes = 0) const {
     std::uint32_t id = 0;
     std::size_t offset = 0;
@@ -754,7 +819,15 @@ class heap_core {
         return;
       }
     } else {
-      large = bytes != 0 ? is_large_size(bytes) : block_is_large(id, offset);
+      if (bytes != 0) {
+        large = is_large_size(bytes);
+      } else {
+        sizeless const kind = sizeless_class(p, id, offset);
+        if (kind == sizeless::pending) {
+          return;
+        }
+        large = kind == sizeless::large;
+      }
     }
     free_blocks(id, large ? freed_blocks(0, 1) : freed_blocks(1, 0), hint, arena(0));
   }

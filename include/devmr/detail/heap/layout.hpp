@@ -93,8 +93,9 @@ enum slab_tag : std::uint32_t {
 };
 
 /// The state word of a slab: tag (bits 56-63) | fields (low 41 bits). While a slot of its group
-/// counts a small slab's claims the fields are `open_state | slot`; once its claims end they are
-/// the blocks it handed out, as a slot word counts them (make_fronts). Other slabs hold 0.
+/// counts a small slab's claims the fields are `open_state | slot` (and pending frees, see
+/// pending_field); once its claims end they are the blocks it handed out, as a slot word counts
+/// them (make_fronts). Other slabs hold 0.
 DEVMR_HOST_DEVICE constexpr std::uint64_t make_state(std::uint32_t tag, std::uint64_t fields) {
   return (std::uint64_t{tag & 0xffu} << 56) | fields;
 }
@@ -104,9 +105,16 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t state_tag(std::uint64_t s) {
 DEVMR_HOST_DEVICE constexpr std::uint64_t state_fields(std::uint64_t s) {
   return s & ((std::uint64_t{1} << 56) - 1);
 }
-/// Marks the fields of a small slab's state while slot `fields & ~open_state` holds it: the blocks
-/// it handed out are in the slot's counts.
+/// Marks the fields of a small slab's state while a slot holds it (open_slot): the blocks it
+/// handed out are in the slot's counts.
 inline constexpr std::uint64_t open_state = std::uint64_t{1} << 40;
+/// An open state's fields also hold the frees left pending while the slab's claims end
+/// (pending_top): one more than the unit at which the last such block starts (0: none), in bits
+/// 8-25; each pending block holds the next one's in its first 4 bytes. The claim or the close
+/// that ends the claims frees them (see heap_core::free_pending).
+inline constexpr unsigned pending_shift = 8;
+inline constexpr std::uint64_t pending_field = std::uint64_t{0x3ffff} << pending_shift;
+static_assert(max_slots <= (1u << pending_shift) && max_blocks_per_slab < 0x3ffff);
 
 /// A current-slab slot of a group: slab id (bits 40-63) | large blocks claimed (bits 20-39) |
 /// small blocks claimed (bits 0-19). A claim adds the blocks it wants of each class to the whole
@@ -177,9 +185,14 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t next_installer(std::uint32_t id) {
 }
 inline constexpr std::uint64_t empty_slot = make_slot(empty_id, 0);
 
-/// The slot that a small slab's open state (open_state | slot) names.
+/// The slot that a small slab's open state (open_state | pending | slot) names.
 DEVMR_HOST_DEVICE constexpr unsigned open_slot(std::uint64_t fields) {
-  return static_cast<unsigned>(fields & ~open_state);
+  return static_cast<unsigned>(fields) & ((1u << pending_shift) - 1);
+}
+/// The pending frees of a small slab's open state (or of the whole state word): one more than
+/// the unit of the last, or 0.
+DEVMR_HOST_DEVICE constexpr std::uint32_t pending_top(std::uint64_t fields) {
+  return static_cast<std::uint32_t>((fields & pending_field) >> pending_shift);
 }
 /// The fronts of slab `id` of group `g` from `w`, a value of the slot its open state names: true,
 /// and `fronts` set, while the slot still names the slab and its fronts have not met (the counts

@@ -1347,15 +1347,18 @@ TEST_CASE_METHOD(one_slot<4>,
   std::size_t offset = 0;
   REQUIRE(core.locate(got.small_block(0, shift), id, offset));
   slab_meta const& m = heap.header().arenas[0].meta[index_of(id)];
+  core.free_one(got.small_block(2, shift), 0, std::size_t{1} << shift);  // with its size
   // A claim for every unit left and one more adds to the slot and stalls before it records the
   // fronts: the slot's counts are past the slab's units, so nothing tells the blocks' classes.
   std::uint32_t const rest = units - 3 - 2 * 2;
   std::uint64_t const seen = cuda::atomic_ref<std::uint64_t>{slot}.fetch_add(rest + 1);
   REQUIRE(seen == make_slot(id, 3, 2));
+  // Statistics count every unit not freed as in use meanwhile.
+  CHECK(heap.blocks_in_use() == units - 1);
   // Bulk frees of a small block and a large one return at once, and wait on the slab's state.
   core.free_one(got.small_block(1, shift), 0);
   core.free_one(got.large_block(0, shift + 1), 0);
-  CHECK(remaining_units(m.remaining) == units);
+  CHECK(remaining_units(m.remaining) == units - 1);
   CHECK(pending_top(m.state) == (units - 4) + 1);  // on top: the last free's, the lower large
   CHECK(open_slot(state_fields(m.state)) == 0);
   // The claim goes on: it records the fronts, and frees the two pending blocks by their class.
@@ -1364,11 +1367,11 @@ TEST_CASE_METHOD(one_slot<4>,
   CHECK(end == claim_end::wants_more);
   CHECK(last.small_count() == rest);
   CHECK(m.state == make_state(g, make_fronts(3 + rest, 2)));
-  CHECK(remaining_units(m.remaining) == units - 3);
+  CHECK(remaining_units(m.remaining) == units - 4);
   CHECK(large_freed(m.remaining) == 1);
+  CHECK(heap.blocks_in_use() == 3 + rest - 2 + 1);
   // Every other block, freed without its size too, empties the slab.
   core.free_one(got.small_block(0, shift), 0);
-  core.free_one(got.small_block(2, shift), 0);
   core.free_one(got.large_block(1, shift + 1), 0);
   for (std::uint32_t i = 0; i < rest; ++i) {
     core.free_one(last.small_block(i, shift), 0);

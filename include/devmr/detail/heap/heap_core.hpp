@@ -1770,13 +1770,22 @@ DEVMR_HOST_DEVICE inline bool slab_usage(heap_header const& h,
   std::uint32_t const units = group_units(tag);
   std::uint64_t fronts = state_fields(state);
   std::uint32_t unclaimed = 0;
+  g = tag;
   if ((fronts & open_state) != 0) {
     if (!open_fronts(slot_word_of(h, tag, open_slot(fronts)), id, tag, fronts)) {
-      fronts = make_fronts(0, 0);
+      // No slot counts its claims: a spare, a slab being installed (nothing handed out,
+      // nothing freed: none in use), or one whose claims are ending this moment (see
+      // heap_core::sizeless_class), whose fronts, and so the units between them, are known
+      // nowhere. Once one of its blocks was freed, every unit not freed counts as a small block
+      // in use (taking the units not handed out as all, as for the others, the count wrapped
+      // around below zero).
+      std::uint32_t const left = remaining_units(m.remaining);
+      small = left < units ? left : 0;
+      large = 0;
+      return true;
     }
     unclaimed = units - unit_count(fronts);
   }
-  g = tag;
   // Large blocks freed are counted modulo 2^15: only a slab of 32 B blocks alone can hold 2^15
   // of them, and then it holds no small block.
   std::uint32_t const in_use = remaining_units(m.remaining) - unclaimed;

@@ -1231,6 +1231,21 @@ struct one_slot {
   std::uint64_t& slot = class_slot(heap, cls, 0);
 };
 
+/// one_slot<4> for frees that do not know their block's size: its class's group, and the slab
+/// that holds a block.
+struct sizeless_slot : one_slot<4> {
+  unsigned const g = group_of(cls);
+  std::uint32_t const units = group_units(g);
+  unsigned const shift = unit_shift(g);
+
+  /// The metadata of the slab that holds `p`, whose id goes to `id`.
+  slab_meta const& slab_of(void const* p, std::uint32_t& id) const {
+    std::size_t offset = 0;
+    REQUIRE(core.locate(p, id, offset));
+    return heap.header().arenas[0].meta[index_of(id)];
+  }
+};
+
 }  // namespace
 
 TEST_CASE_METHOD(one_slot<4>,
@@ -1333,20 +1348,15 @@ TEST_CASE_METHOD(one_slot<4>,
   CHECK(small_count(slot) < capacity);
 }
 
-TEST_CASE_METHOD(one_slot<4>,
+TEST_CASE_METHOD(sizeless_slot,
                  "a free that does not know its block's class while its slab's fronts meet leaves "
                  "it to the claim that made them meet",
                  "[heap][core]") {
-  unsigned const g = group_of(cls);
-  std::uint32_t const units = group_units(g);
-  unsigned const shift = unit_shift(g);
   pair_claim const got = core.claim_pair(g, 0, 3 | 2u << 16, 0, core.arena(0));
   REQUIRE(got.small_count() == 3);
   REQUIRE(got.large_count() == 2);
   std::uint32_t id = 0;
-  std::size_t offset = 0;
-  REQUIRE(core.locate(got.small_block(0, shift), id, offset));
-  slab_meta const& m = heap.header().arenas[0].meta[index_of(id)];
+  slab_meta const& m = slab_of(got.small_block(0, shift), id);
   core.free_one(got.small_block(2, shift), 0, std::size_t{1} << shift);  // with its size
   // A claim for every unit left and one more adds to the slot and stalls before it records the
   // fronts: the slot's counts are past the slab's units, so nothing tells the blocks' classes.
@@ -1381,19 +1391,14 @@ TEST_CASE_METHOD(one_slot<4>,
   CHECK(heap.header().counters.invalid_frees == 0);
 }
 
-TEST_CASE_METHOD(one_slot<4>,
+TEST_CASE_METHOD(sizeless_slot,
                  "a free that does not know its block's class while its slab leaves its slot "
                  "leaves it to the close",
                  "[heap][core]") {
-  unsigned const g = group_of(cls);
-  std::uint32_t const units = group_units(g);
-  unsigned const shift = unit_shift(g);
   pair_claim const got = core.claim_pair(g, 0, 3 | 1u << 16, 0, core.arena(0));
   REQUIRE(got.counts == (3 | 1u << 16));
   std::uint32_t id = 0;
-  std::size_t offset = 0;
-  REQUIRE(core.locate(got.small_block(0, shift), id, offset));
-  slab_meta const& m = heap.header().arenas[0].meta[index_of(id)];
+  slab_meta const& m = slab_of(got.small_block(0, shift), id);
   // Another installer swaps the slab out of its slot and stalls before it closes it.
   std::uint64_t const old =
       cuda::atomic_ref<std::uint64_t>{slot}.exchange(make_slot(installing_last, 1));

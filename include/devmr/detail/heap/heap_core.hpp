@@ -341,12 +341,7 @@ class heap_core {
     std::uint32_t const large_end = large_count(seen) + l;  // large blocks out, from the end
     if (small + 2 * large >= left) {
       end = small + 2 * large > left ? claim_end::wants_more : claim_end::got_all;
-      std::uint64_t const fronts = make_fronts(small_count(seen) + s, large_end);
-      std::uint64_t const was =
-          atomic(meta(id, first).state).exchange(make_state(g, fronts), relaxed);
-      if (pending_top(was) != 0) {
-        free_pending(id, pending_top(was));
-      }
+      record_fronts(meta(id, first), id, g, make_fronts(small_count(seen) + s, large_end));
     }
     return {data(id, first), small_count(seen) | large_end << 16, s | l << 16};
   }
@@ -371,19 +366,29 @@ class heap_core {
                                     unsigned g,
                                     std::uint64_t fronts,
                                     std::uint32_t unclaimed) const {
-    std::uint64_t const was = atomic(meta(id).state).exchange(make_state(g, fronts), relaxed);
+    record_fronts(meta(id), id, g, fronts);
+    give_back_units(id, unclaimed);
+  }
+
+  /// Records in the state of slab `id` (metadata `m`) of group `g` that its claims ended, having
+  /// handed out the blocks that `fronts` counts. An exchange: it takes off the state the blocks
+  /// that frees of unknown class left pending meanwhile (sizeless_class), and frees them.
+  DEVMR_HOST_DEVICE void record_fronts(slab_meta& m,
+                                       std::uint32_t id,
+                                       unsigned g,
+                                       std::uint64_t fronts) const {
+    std::uint64_t const was = atomic(m.state).exchange(make_state(g, fronts), relaxed);
     if (pending_top(was) != 0) {
       free_pending(id, pending_top(was));
     }
-    give_back_units(id, unclaimed);
   }
 
   /// Frees the blocks that frees of unknown class left pending on slab `id` (sizeless_class),
   /// `top` the last of them, once the exchange that ended the slab's claims took them off its
-  /// state: the fronts it stored say which are large. It runs about never, but inline: called
-  /// out of line from take_blocks and end_claims it took heap_bench's allocating kernel from 80
-  /// registers to 92 (and to 90 or 85 called from one of them, or from claim_pair), inline to
-  /// none more.
+  /// state: the fronts it stored say which are large (record_fronts). It runs about never, but
+  /// inline: called out of line from take_blocks and end_claims it took heap_bench's allocating
+  /// kernel from 80 registers to 92 (and to 90 or 85 called from one of them, or from claim_pair),
+  /// inline to none more.
   DEVMR_HOST_DEVICE void free_pending(std::uint32_t id, std::uint32_t top) const {
     slab_meta& m = meta(id);
     // acquire: the exchange continued the release sequences of the frees' pushes, so this load

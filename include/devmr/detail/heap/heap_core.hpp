@@ -41,6 +41,7 @@
 //    pieces, merge into long runs again.
 
 #include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/atomics.hpp>
 #include <devmr/detail/heap/bits.hpp>
 #include <devmr/detail/heap/layout.hpp>
 
@@ -54,16 +55,6 @@
 #endif
 
 namespace devmr::detail::heap {
-
-template <class T>
-DEVMR_HOST_DEVICE auto atomic(T& word) {
-  return cuda::atomic_ref<T, cuda::thread_scope_device>{word};
-}
-
-inline constexpr auto relaxed = cuda::std::memory_order_relaxed;
-inline constexpr auto acquire = cuda::std::memory_order_acquire;
-inline constexpr auto release = cuda::std::memory_order_release;
-inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
 
 /// Sets `word`, a count in the heap's metadata, to zero by an atomic AND; the caller's acquire
 /// fence follows. On the device a relaxed `red` on global memory, where the metadata lies, whose

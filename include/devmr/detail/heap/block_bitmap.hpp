@@ -1,0 +1,143 @@
+#pragma once
+
+// The free blocks of one slab, one bit each: how a slab hands out again the blocks that were
+// freed while others of it are still live. A set bit is a block that was freed and that nobody
+// has taken since. Frees set bits (one atomic OR for a warp's blocks of one word); a claim takes
+// bits (one atomic AND a word); whoever takes a bit owns the block.
+//
+// The bitmap alone does not say how many bits a claim may count on: the slab's count of free
+// blocks does (slab_avail), and a slot promises a claim its blocks before the claim looks for
+// them. Every promised bit is set, or about to be set by a free in flight, and no two promises
+// cover one bit, so a claim that keeps looking finds its bits; another claim that took a bit it
+// looked at was served, which is progress.
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/atomics.hpp>
+
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+/// Bits in one word of a block bitmap.
+inline constexpr unsigned bitmap_word_bits = 32;
+
+/// Words of the bitmap of a slab of `blocks` blocks.
+DEVMR_HOST_DEVICE constexpr std::uint32_t bitmap_words_for(std::uint32_t blocks) {
+  return (blocks + bitmap_word_bits - 1) / bitmap_word_bits;
+}
+
+/// The number of set bits of `x`.
+DEVMR_HOST_DEVICE inline unsigned popcount32(std::uint32_t x) {
+#if DEVMR_IS_DEVICE_CODE
+  return static_cast<unsigned>(__popc(x));
+#else
+  return static_cast<unsigned>(__builtin_popcount(x));
+#endif
+}
+
+/// The index of the lowest set bit of `x` (not 0).
+DEVMR_HOST_DEVICE inline std::uint32_t lowest_bit_index(std::uint32_t x) {
+#if DEVMR_IS_DEVICE_CODE
+  return static_cast<std::uint32_t>(__ffs(static_cast<int>(x)) - 1);
+#else
+  return static_cast<std::uint32_t>(__builtin_ctz(x));
+#endif
+}
+
+/// The `n` lowest set bits of `x` (all of them when it has no more than `n`).
+DEVMR_HOST_DEVICE inline std::uint32_t lowest_bits(std::uint32_t x, unsigned n) {
+#if DEVMR_IS_DEVICE_CODE
+  unsigned const past = __fns(x, 0, static_cast<int>(n) + 1);  // the (n + 1)th set bit
+  return past >= 32 ? x : x & ((1u << past) - 1);
+#else
+  std::uint32_t rest = x;
+  for (unsigned i = 0; i < n && rest != 0; ++i) {
+    rest &= rest - 1;
+  }
+  return x & ~rest;
+#endif
+}
+
+/// A view of the block bitmap of one slab: `count` words from `words`.
+struct block_bitmap {
+  std::uint32_t* words;
+  std::uint32_t count;
+
+  /// No block free: how a slab formatted for a class starts (its blocks go out in order first,
+  /// counted by its slot, and come back here one by one as they are freed). The slab is the
+  /// formatting thread's alone; its publication releases the stores.
+  DEVMR_HOST_DEVICE void clear() const {
+    for (std::uint32_t w = 0; w < count; ++w) {
+      atomic(words[w]).store(0, relaxed);
+    }
+  }
+
+  /// Frees the blocks that `mask` marks in word `w`. release: the last writes of the freeing
+  /// threads to their blocks happen before the use of whoever takes the bits (take_from
+  /// acquires).
+  DEVMR_HOST_DEVICE void give(std::uint32_t w, std::uint32_t mask) const {
+    atomic(words[w]).fetch_or(mask, release);
+  }
+
+  /// Frees block `block`.
+  DEVMR_HOST_DEVICE void give_block(std::uint32_t block) const {
+    give(block / bitmap_word_bits, 1u << (block % bitmap_word_bits));
+  }
+
+  /// Frees blocks [first, last): those of a slab that its slot never handed out, when the slot
+  /// gives the slab up.
+  DEVMR_HOST_DEVICE void give_range(std::uint32_t first, std::uint32_t last) const {
+    while (first < last) {
+      std::uint32_t const w = first / bitmap_word_bits;
+      std::uint32_t const low = first % bitmap_word_bits;
+      std::uint32_t const end = last - w * bitmap_word_bits;
+      std::uint32_t const high = end >= bitmap_word_bits ? bitmap_word_bits : end;
+      std::uint32_t const below_high = high == bitmap_word_bits ? ~0u : (1u << high) - 1;
+      give(w, below_high & ~((1u << low) - 1));
+      first = w * bitmap_word_bits + high;
+    }
+  }
+
+  /// Takes up to `need` (> 0) free blocks of word `w`: the bits taken, none when the word has
+  /// none. A word that others take from at the same time may give fewer than it showed.
+  DEVMR_HOST_DEVICE std::uint32_t take_from(std::uint32_t w, unsigned need) const {
+    auto word = atomic(words[w]);
+    std::uint32_t seen = word.load(relaxed);
+    while (seen != 0) {
+      std::uint32_t const pick = lowest_bits(seen, need);
+      // acquire: pairs with the release of the frees that set the bits (give), so that their
+      // writes to the blocks happen before the new owner's.
+      std::uint32_t const was = word.fetch_and(~pick, acquire);
+      if ((was & pick) != 0) {
+        return was & pick;
+      }
+      seen = was;  // every bit picked was taken meanwhile: look at what is there now
+    }
+    return 0;
+  }
+
+  /// Takes `need` free blocks, promised to the caller (see the top of this file), looking from
+  /// word `start` on and around; calls `sink(w, bits)` for each word it took bits of.
+  template <class Sink>
+  DEVMR_HOST_DEVICE void take(std::uint32_t start, unsigned need, Sink&& sink) const {
+    std::uint32_t w = start < count ? start : start % count;
+    std::uint32_t bare = 0;  // words in a row found without a free block
+    while (need != 0) {
+      if (std::uint32_t const got = take_from(w, need); got != 0) {
+        sink(w, got);
+        need -= popcount32(got);
+        bare = 0;
+        continue;  // the same word may have more
+      }
+      w = w + 1 == count ? 0 : w + 1;
+      if (++bare > count) {
+        // A whole round found nothing: the promised bits are still in flight (a free counted
+        // its block before its bit arrived) or other claims take them as they come.
+        pause_briefly();
+        bare = 0;
+      }
+    }
+  }
+};
+
+}  // namespace devmr::detail::heap

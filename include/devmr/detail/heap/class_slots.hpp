@@ -1,0 +1,418 @@
+#pragma once
+
+// The slots of the size classes: where claims for blocks of one class meet, and how slabs come
+// into a slot, are handed out, and leave it again.
+//
+// Each class has `slot_count` slots (an SM uses the slot of its id); a slot word names the slab
+// that the slot hands out, the blocks it promised when it took the slab, and the blocks claimed
+// since. A claim adds the blocks it wants to the whole word, one atomic; the value it gets back
+// says which slab and which of its promised blocks are the claim's own:
+//  - a fresh slab (formatted for the class as the slot took it) promises every block, in
+//    order: the claim's blocks are the next ones, with no other atomic (a bump pointer);
+//  - a reused slab (popped from the class's list of slabs with blocks to reuse) promises the
+//    free blocks it had then; the claim takes as many bits from the slab's bitmap, looking from a
+//    word that its place among the slot's claims picks, so that claims spread over the bitmap.
+// When a slot's promise runs out, one claim installs the next slab: the claim that used it up
+// if it still wants blocks, else the first claim that finds it used up. The others wait for the
+// install, but only for a bounded time: then one of them takes the install over, so that a
+// descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot closes
+// it: the blocks promised and never claimed go back to its count (slab_avail), after which frees
+// list it for reuse, or empty it for any class.
+//
+// A slot installs from its class's list first and from the heap's empty slabs after, so that
+// freed blocks are handed out again before new slabs are taken: a heap whose live blocks stay
+// put and whose other blocks churn serves the churn from the slabs it holds.
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/atomics.hpp>
+#include <devmr/detail/heap/block_bitmap.hpp>
+#include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/slab_avail.hpp>
+#include <devmr/detail/heap/slab_set.hpp>
+
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+/// A class slot word: slab id (bits 40-63) | fresh (bit 39) | blocks promised (bits 20-38) |
+/// blocks claimed (bits 0-19). Ids that name no slab (empty_id and the installing ids of
+/// layout.hpp) say that the slot has no slab to claim from; with nothing claimed such a slot is
+/// vacant, and the claim whose addition finds it so installs. A claim that finds the promise
+/// used up adds once and then waits by loads, so that the claimed count passes the promise by
+/// at most 32 blocks a warp: 20 bits hold 65536 blocks and every warp of the largest GPUs.
+inline constexpr std::uint64_t slot_fresh = std::uint64_t{1} << 39;
+inline constexpr std::uint32_t slot_field_mask = (std::uint32_t{1} << 20) - 1;
+
+DEVMR_HOST_DEVICE constexpr std::uint64_t make_class_slot(std::uint32_t id,
+                                                          std::uint32_t promised,
+                                                          bool fresh,
+                                                          std::uint32_t claimed) {
+  return (std::uint64_t{id} << 40) | (fresh ? slot_fresh : 0) | (std::uint64_t{promised} << 20) |
+         claimed;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t slot_claimed(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w) & slot_field_mask;
+}
+DEVMR_HOST_DEVICE constexpr std::uint32_t slot_promised(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w >> 20) & (slot_field_mask >> 1);
+}
+DEVMR_HOST_DEVICE constexpr bool slot_is_fresh(std::uint64_t w) {
+  return (w & slot_fresh) != 0;
+}
+/// A slot with no slab and no claim since it lost its last: the next claim installs.
+DEVMR_HOST_DEVICE constexpr bool slot_is_vacant(std::uint64_t w) {
+  return !is_slab(slot_id(w)) && slot_claimed(w) == 0;
+}
+/// A slot whose slab a claim used up exactly, wanting no more: the next claim installs.
+DEVMR_HOST_DEVICE constexpr bool slot_just_used_up(std::uint64_t w) {
+  return is_slab(slot_id(w)) && slot_claimed(w) == slot_promised(w);
+}
+/// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
+/// installer, or slab `id` used up past its promise (so that some claim installs the next).
+DEVMR_HOST_DEVICE constexpr bool slot_still_waiting(std::uint64_t w, std::uint32_t id) {
+  return slot_id(w) == id && (!is_slab(id) || slot_claimed(w) > slot_promised(w));
+}
+inline constexpr std::uint64_t vacant_class_slot = make_class_slot(empty_id, 0, false, 0);
+
+/// Blocks a claim obtained: `count` blocks of slab `id` (none when `id` is no_slab). Those of a
+/// fresh slab are blocks `first`, `first + 1`, ...; those of a reused one are bits to take from
+/// its bitmap, looking from word `first` (see class_slots::take).
+struct block_claim {
+  std::uint32_t id;
+  std::uint32_t first;
+  std::uint32_t count;
+  bool fresh;
+};
+inline constexpr block_claim no_claim{no_slab, 0, 0, false};
+
+/// Polls of a slot by a claim that waits for its install before it takes the install over
+/// (about 260 us on the device, where each poll sleeps 256 ns).
+inline constexpr unsigned install_wait_polls = 1024;
+
+/**
+ * The slots of the size classes over the slabs that `Slabs` describes. `Slabs` gives:
+ *  - `blocks(cls)`: blocks in a slab of class `cls`;
+ *  - `avail(id)`: the slab's free count word (std::uint32_t&, see slab_avail);
+ *  - `bits(id)`: its bitmap's first word (std::uint32_t*, room for the smallest class);
+ *  - `listed(cls)`: the class's list of slabs with blocks to reuse (a slab_set), whose members
+ *    are `member(id)` and `slab_of(member)`;
+ *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
+ *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
+ *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class.
+ * `words`: the slot words, `slot_count` for each class, slot-major (an SM's words share lines).
+ */
+template <class Slabs>
+class class_slots {
+ public:
+  DEVMR_HOST_DEVICE class_slots(Slabs slabs,
+                                std::uint64_t* words,
+                                unsigned classes,
+                                unsigned slot_count)
+      : slabs_{slabs}, words_{words}, classes_{classes}, slot_count_{slot_count} {}
+
+  DEVMR_HOST_DEVICE Slabs const& slabs() const { return slabs_; }
+  DEVMR_HOST_DEVICE unsigned slot_count() const { return slot_count_; }
+  DEVMR_HOST_DEVICE std::uint64_t& word(unsigned cls, unsigned slot) const {
+    return words_[slot * classes_ + cls];
+  }
+
+  DEVMR_HOST_DEVICE slab_avail avail(std::uint32_t id, unsigned cls) const {
+    return {slabs_.avail(id), slabs_.blocks(cls), cls};
+  }
+  DEVMR_HOST_DEVICE block_bitmap bitmap(std::uint32_t id, unsigned cls) const {
+    return {slabs_.bits(id), bitmap_words_for(slabs_.blocks(cls))};
+  }
+
+  /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when
+  /// the slot's slab runs out (the caller claims the rest with another call), none when the heap
+  /// has no slab left for the class. `hint` spreads the traffic of the heap's stacks (the SM).
+  DEVMR_HOST_DEVICE block_claim claim(unsigned cls,
+                                      unsigned slot,
+                                      std::uint32_t want,
+                                      unsigned hint) const {
+    auto w = atomic(word(cls, slot));
+    // acquire: pairs with the release that published the slot's slab (install), whose release
+    // sequence the other claims' additions continue: the slab's format, or the frees that its
+    // promise counts, happen before its blocks are used.
+    std::uint64_t seen = w.fetch_add(want, acquire);
+    for (;;) {
+      block_claim const got = served(seen, want, cls);
+      if (got.count != 0) {
+        if (got.count < want) {
+          // This claim used the slab up and wants more: it installs the next one now, for the
+          // claims behind it, and claims the rest there. One that got all it wanted installs
+          // nothing: the next claim, if one comes, does (slot_just_used_up).
+          install(cls, slot, 0, hint);
+        }
+        return got;
+      }
+      if (slot_is_vacant(seen) || slot_just_used_up(seen)) {
+        return install(cls, slot, want, hint);
+      }
+      // Another claim installs the next slab. Wait for it, but not without bound: then take the
+      // install over, and the others wait for this thread in turn.
+      std::uint32_t const id = slot_id(seen);
+      seen = wait_for_install(w, seen);
+      if (slot_still_waiting(seen, id) && take_over(cls, slot, seen, id, hint)) {
+        return install(cls, slot, want, hint);
+      }
+      seen = w.fetch_add(want, acquire);  // installed, or taken over by another waiter
+    }
+  }
+
+  /// Takes the blocks of `got` (a claim of class `cls`), calling `sink(block)` with the index
+  /// of each in its slab.
+  template <class Sink>
+  DEVMR_HOST_DEVICE void take(block_claim const& got, unsigned cls, Sink&& sink) const {
+    if (got.fresh) {
+      for (std::uint32_t i = 0; i < got.count; ++i) {
+        sink(got.first + i);
+      }
+      return;
+    }
+    bitmap(got.id, cls).take(got.first, got.count, [&](std::uint32_t w, std::uint32_t bits) {
+      for (; bits != 0; bits &= bits - 1) {
+        sink(w * bitmap_word_bits + lowest_bit_index(bits));
+      }
+    });
+  }
+
+  /// Frees the blocks that `mask` marks in word `w` of the bitmap of slab `id` (class `cls`),
+  /// then counts them: one OR and one addition for all of them.
+  DEVMR_HOST_DEVICE void free_bits(
+      std::uint32_t id, unsigned cls, std::uint32_t w, std::uint32_t mask, unsigned hint) const {
+    bitmap(id, cls).give(w, mask);
+    act(avail(id, cls).free(popcount32(mask)), id, cls, hint);
+  }
+
+  /// Frees block `block` of slab `id` (class `cls`).
+  DEVMR_HOST_DEVICE void free_block(std::uint32_t id,
+                                    unsigned cls,
+                                    std::uint32_t block,
+                                    unsigned hint) const {
+    free_bits(id, cls, block / bitmap_word_bits, 1u << (block % bitmap_word_bits), hint);
+  }
+
+  /// Installs a slab in slot `slot` of class `cls`, which this thread holds (its claim found the
+  /// slot vacant or its slab used up, or it took the install over), with the first `want`
+  /// blocks (or as many as the slab promises) claimed for this thread. Out of slabs, a claim
+  /// takes blocks from the current slab of another slot of its class (steal); the slot is left
+  /// vacant for the claims that wait for it, which claim again, the first of them searching in
+  /// turn.
+  DEVMR_HOST_DEVICE block_claim install(unsigned cls,
+                                        unsigned slot,
+                                        std::uint32_t want,
+                                        unsigned hint) const {
+    std::uint32_t promised = 0;
+    bool fresh = false;
+    std::uint32_t id = take_listed(cls, hint, promised);
+    if (id == no_slab) {
+      id = slabs_.take_empty(hint);
+      if (id == no_slab && release_slots(cls, hint)) {
+        id = slabs_.take_empty(hint);
+      }
+      if (id != no_slab) {
+        slabs_.format(id, cls);
+        bitmap(id, cls).clear();
+        avail(id, cls).open_fresh();
+        promised = slabs_.blocks(cls);
+        fresh = true;
+      }
+    }
+    if (id == no_slab) {
+      block_claim got = no_claim;
+      if (want != 0) {
+        got = steal(cls, slot, want, hint);
+      }
+      give_up(cls, slot, hint);
+      return got;
+    }
+    std::uint32_t const mine = want < promised ? want : promised;
+    // acq_rel: release publishes the format (or the frees that open_listed acquired) to the
+    // claims, which acquire; acquire orders the format of the slab that this replaces, if
+    // another installer published one meanwhile, before its close.
+    std::uint64_t const old =
+        atomic(word(cls, slot)).exchange(make_class_slot(id, promised, fresh, mine), acq_rel);
+    close(old, cls, hint);
+    return {id, 0, mine, fresh};
+  }
+
+  /// Closes the slab of slot value `old`, which this thread swapped out of its slot (nothing
+  /// when it names none): the blocks the slot promised and no claim took go back.
+  DEVMR_HOST_DEVICE void close(std::uint64_t old, unsigned cls, unsigned hint) const {
+    std::uint32_t const id = slot_id(old);
+    if (!is_slab(id)) {
+      return;
+    }
+    std::uint32_t const promised = slot_promised(old);
+    std::uint32_t const claimed = slot_claimed(old);
+    std::uint32_t const unused = claimed < promised ? promised - claimed : 0;
+    if (unused != 0 && slot_is_fresh(old)) {
+      bitmap(id, cls).give_range(claimed, promised);  // a reused slab's are still set
+    }
+    act(avail(id, cls).close(unused), id, cls, hint);
+  }
+
+  /// Empties slot `slot` of class `cls` (for reset-like uses and tests): closes its slab.
+  DEVMR_HOST_DEVICE void vacate(unsigned cls, unsigned slot, unsigned hint) const {
+    close(atomic(word(cls, slot)).exchange(vacant_class_slot, acq_rel), cls, hint);
+  }
+
+ private:
+  /// A slab off class `cls`'s list, opened for the caller's slot with `promised` blocks;
+  /// no_slab when the list has none. Searches from SMs start apart.
+  DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
+                                              unsigned hint,
+                                              std::uint32_t& promised) const {
+    slab_set const set = slabs_.listed(cls);
+    std::uint32_t start = hint * 97u;
+    for (;;) {
+      std::uint32_t const member = set.take(start);
+      if (member == no_member) {
+        return no_slab;
+      }
+      std::uint32_t const id = slabs_.slab_of(member);
+      promised = avail(id, cls).open_listed();
+      if (promised != 0) {
+        return id;
+      }
+      start = member / bitmap_word_bits;  // taken by a free that emptied it: look on
+    }
+  }
+
+  /// Out of empty slabs: the slots of the other classes give up their slabs, so that those
+  /// whose blocks are all free leave their classes (a class that nobody allocates from any more
+  /// keeps none) and the others go on their lists. True when one was given up.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE bool release_slots(unsigned cls, unsigned hint) const {
+    bool released = false;
+    DEVMR_ROLLED for (unsigned c = 0; c < classes_; ++c) {
+      DEVMR_ROLLED for (unsigned s = 0; s < slot_count_ && c != cls; ++s) {
+        auto w = atomic(word(c, s));
+        std::uint64_t seen = w.load(relaxed);
+        // acquire: the format of the slab it takes out happens before its close.
+        if (is_slab(slot_id(seen)) &&
+            w.compare_exchange_strong(seen, vacant_class_slot, acquire, relaxed)) {
+          close(seen, c, hint);
+          released = true;
+        }
+      }
+    }
+    return released;
+  }
+
+  /// What a claim of `want` blocks got from slot value `seen`, the value its addition replaced.
+  DEVMR_HOST_DEVICE block_claim served(std::uint64_t seen, std::uint32_t want, unsigned cls) const {
+    std::uint32_t const id = slot_id(seen);
+    std::uint32_t const claimed = slot_claimed(seen);
+    std::uint32_t const promised = slot_promised(seen);
+    if (!is_slab(id) || claimed >= promised) {
+      return no_claim;
+    }
+    std::uint32_t const left = promised - claimed;
+    std::uint32_t const count = want < left ? want : left;
+    bool const fresh = slot_is_fresh(seen);
+    // A reused slab's claims look from words spread over its bitmap by their place.
+    std::uint32_t const first =
+        fresh ? claimed
+              : static_cast<std::uint32_t>(std::uint64_t{claimed} *
+                                           bitmap_words_for(slabs_.blocks(cls)) / promised);
+    return {id, first, count, fresh};
+  }
+
+  /// What an event of a slab's count asks of the thread that caused it (see slab_avail).
+  DEVMR_HOST_DEVICE void act(avail_event event,
+                             std::uint32_t id,
+                             unsigned cls,
+                             unsigned hint) const {
+    if (event == avail_event::listed) {
+      slabs_.listed(cls).insert(slabs_.member(id));
+    } else if (event == avail_event::emptied) {
+      slabs_.give_empty(id, hint);
+    } else if (event == avail_event::full_listed) {
+      // Off the list first: a slot that took it off before opens it, or finds it taken here.
+      slabs_.listed(cls).erase(slabs_.member(id));
+      if (avail(id, cls).take_full()) {
+        slabs_.give_empty(id, hint);
+      }
+    }
+  }
+
+  /// Polls slot word `w` from `seen` while it still stands for what the waiter saw, a bounded
+  /// number of times; returns the last value read.
+  DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> w, std::uint64_t seen) {
+    std::uint32_t const id = slot_id(seen);
+    for (unsigned i = 0; i < install_wait_polls && slot_still_waiting(seen, id); ++i) {
+      pause_briefly();
+      seen = w.load(relaxed);
+    }
+    return seen;
+  }
+
+  /// Swaps the next installing id into slot `slot` of class `cls` while it still stands for
+  /// slot id `id` (`seen`: the waiter's last look); closes the used-up slab it displaced. False
+  /// when the slot changed meanwhile.
+  DEVMR_HOST_DEVICE bool take_over(
+      unsigned cls, unsigned slot, std::uint64_t seen, std::uint32_t id, unsigned hint) const {
+    auto w = atomic(word(cls, slot));
+    while (slot_still_waiting(seen, id)) {
+      // A claimed count of one: the slot is not vacant, the taker's claim is in it. acquire:
+      // the displaced slab's format happens before its close.
+      if (w.compare_exchange_weak(seen, make_class_slot(next_installer(id), 0, false, 1), acquire,
+                                  relaxed)) {
+        close(seen, cls, hint);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// Out of slabs: claim from the current slab of another slot of the class, if one has blocks
+  /// promised and not claimed. A claim that uses such a slab up leaves its slot vacant.
+  DEVMR_HOST_DEVICE block_claim steal(unsigned cls,
+                                      unsigned own,
+                                      std::uint32_t want,
+                                      unsigned hint) const {
+    for (unsigned s = 0; s < slot_count_; ++s) {
+      auto w = atomic(word(cls, s));
+      std::uint64_t const look = s == own ? vacant_class_slot : w.load(relaxed);
+      if (!is_slab(slot_id(look)) || slot_claimed(look) >= slot_promised(look)) {
+        continue;
+      }
+      std::uint64_t const seen = w.fetch_add(want, acquire);  // as a claim's
+      block_claim const got = served(seen, want, cls);
+      if (got.count < want || slot_just_used_up(seen)) {
+        give_up(cls, s, hint);
+      }
+      if (got.count != 0) {
+        return got;
+      }
+    }
+    return no_claim;
+  }
+
+  /// Out of slabs: leaves slot `slot` of class `cls` vacant under the next installing id while it
+  /// holds no slab with blocks to claim, closing the slab it held, so that the claims waiting
+  /// for an install claim again. A slab with room that another installer published meanwhile
+  /// stays, and so does a vacancy nobody claimed.
+  DEVMR_HOST_DEVICE void give_up(unsigned cls, unsigned slot, unsigned hint) const {
+    auto w = atomic(word(cls, slot));
+    std::uint64_t seen = w.load(relaxed);
+    while (!slot_is_vacant(seen) &&
+           (!is_slab(slot_id(seen)) || slot_claimed(seen) >= slot_promised(seen))) {
+      // acquire: the format of the slab it displaces happens before its close.
+      if (w.compare_exchange_weak(seen, make_class_slot(next_installer(slot_id(seen)), 0, false, 0),
+                                  acquire, relaxed)) {
+        close(seen, cls, hint);
+        return;
+      }
+    }
+  }
+
+  Slabs slabs_;
+  std::uint64_t* words_;
+  unsigned classes_;
+  unsigned slot_count_;
+};
+
+}  // namespace devmr::detail::heap

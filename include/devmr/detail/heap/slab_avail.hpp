@@ -1,0 +1,146 @@
+#pragma once
+
+// The count of a slab's free blocks that no slot has promised to a claim, and the two flags that
+// say where the slab is: open (a slot hands out its blocks) or listed (on its class's list of
+// slabs with blocks to reuse). One 32-bit word, so that a free of a warp's blocks of one slab
+// costs one atomic addition.
+//
+// A slab's life in its class:
+//  - open: a slot took it (fresh from formatting, or from the class's list, taking the whole
+//    count as its promise); frees add to the count, which waits for the slot to close it;
+//  - closed: the slot gave it up (its promise used up, or given back); from here the frees that
+//    bring the count to the class's threshold list the slab (one of them, by setting the flag),
+//    and the free that brings it to every block of the slab empties it: the slab leaves its
+//    class, for any class or a large run;
+//  - listed: on its class's list; frees still add; a slot that takes it off the list opens it
+//    again, and the free that frees its last block takes it off the list and empties it.
+// Every change of place is one atomic on this word, so that exactly one thread acts on each:
+// the one whose operation set the flag, or whose exchange took the count.
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/atomics.hpp>
+
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+inline constexpr std::uint32_t avail_count_mask = (std::uint32_t{1} << 20) - 1;
+/// The class whose blocks the slab holds (bits 20-24), so that a thread that found the slab on
+/// a class's list from before it changed class does not open it for the wrong one.
+inline constexpr unsigned avail_class_shift = 20;
+inline constexpr std::uint32_t avail_class_mask = std::uint32_t{0x1f} << avail_class_shift;
+/// The class field of a slab that left its class (emptied).
+inline constexpr std::uint32_t avail_no_class = avail_class_mask;
+/// A slot holds the slab: its count gathers frees for the slot's close.
+inline constexpr std::uint32_t avail_open = std::uint32_t{1} << 31;
+/// The slab is on its class's list of slabs with blocks to reuse.
+inline constexpr std::uint32_t avail_listed = std::uint32_t{1} << 30;
+
+/// Free blocks a closed slab of `blocks` blocks must have to be listed for reuse: an eighth of
+/// them. A lower threshold puts slabs with fewer blocks on the list, so that slots reopen slabs
+/// more often for fewer blocks each; a higher one leaves more free blocks where no slot looks
+/// (below the threshold, on slabs that wait for more frees: at most an eighth of a class's
+/// memory, and in a steady state about half of that).
+DEVMR_HOST_DEVICE constexpr std::uint32_t reuse_threshold(std::uint32_t blocks) {
+  return blocks >= 8 ? blocks / 8 : 1;
+}
+
+/// What an addition to a slab's count asks of the thread that made it.
+enum class avail_event {
+  none,         ///< nothing to do
+  listed,       ///< this thread listed the slab: it adds the slab to its class's list
+  emptied,      ///< this thread took the slab, every block free: it hands it on (a format follows)
+  full_listed,  ///< every block of a listed slab is free: this thread takes it off its class's
+                ///< list, then tries to take it (take_full), to hand it on
+};
+
+/// A view of a slab's free count (`word`) for class `cls`, of `blocks` blocks per slab.
+struct slab_avail {
+  std::uint32_t& word;
+  std::uint32_t blocks;
+  unsigned cls;
+
+  DEVMR_HOST_DEVICE std::uint32_t class_bits() const { return cls << avail_class_shift; }
+
+  /// A slab formatted for the class, all its blocks promised to the slot that opens it (they
+  /// go out in order, counted by the slot). The slab is the caller's alone.
+  DEVMR_HOST_DEVICE void open_fresh() const {
+    atomic(word).store(avail_open | class_bits(), relaxed);
+  }
+
+  /// Opens a slab that the caller took off its class's list: its count, every free block of
+  /// the slab, becomes the promise of the caller's slot. 0 when the slab is no longer listed in
+  /// this class (another thread took it: it was emptied, or opened). acquire: pairs with the
+  /// release of the frees counted (free), so that their bits are set before the slot's claims
+  /// look for them (the slot's publication releases them on).
+  DEVMR_HOST_DEVICE std::uint32_t open_listed() const {
+    auto w = atomic(word);
+    std::uint32_t seen = w.load(relaxed);
+    while ((seen & (avail_open | avail_listed | avail_class_mask)) ==
+           (avail_listed | class_bits())) {
+      if (w.compare_exchange_weak(seen, avail_open | class_bits(), acquire, relaxed)) {
+        return seen & avail_count_mask;
+      }
+    }
+    return 0;
+  }
+
+  /// Adds `n` freed blocks to the count; the bits of the blocks are set already. release: the
+  /// bits, and the blocks' last writes, happen before the use of whoever takes the count (a
+  /// slot's open_listed, or the thread that empties the slab).
+  DEVMR_HOST_DEVICE avail_event free(std::uint32_t n) const {
+    return settle(atomic(word).fetch_add(n, release) + n);
+  }
+
+  /// Closes the slab, which the caller swapped out of its slot: `unused`, the blocks the slot
+  /// promised and no claim took, come back to the count (their bits are set: see give_range for
+  /// a fresh slab's). release: as for free.
+  DEVMR_HOST_DEVICE avail_event close(std::uint32_t unused) const {
+    std::uint32_t const change = unused - avail_open;  // the flag is set: this clears it
+    return settle(atomic(word).fetch_add(change, release) + change);
+  }
+
+  /// The event of an addition that left `now` (the value after it).
+  DEVMR_HOST_DEVICE avail_event settle(std::uint32_t now) const {
+    auto w = atomic(word);
+    for (;;) {
+      if ((now & avail_open) != 0) {
+        return avail_event::none;  // its slot closes it
+      }
+      std::uint32_t const count = now & avail_count_mask;
+      if (count == blocks) {
+        if ((now & avail_listed) != 0) {
+          return avail_event::full_listed;
+        }
+        // Every block free and none promised: nobody else can touch the slab. acq_rel: the
+        // frees of every block (and their bits) happen before the slab's next format.
+        if (w.compare_exchange_weak(now, avail_open | avail_no_class, acq_rel, relaxed)) {
+          return avail_event::emptied;
+        }
+        continue;
+      }
+      if (count < reuse_threshold(blocks) || (now & avail_listed) != 0) {
+        return avail_event::none;
+      }
+      if (w.compare_exchange_weak(now, now | avail_listed, relaxed, relaxed)) {
+        return avail_event::listed;
+      }
+    }
+  }
+
+  /// Takes a listed slab whose blocks are all free, once the caller took it off its class's list
+  /// (full_listed); false when a slot opened it first.
+  DEVMR_HOST_DEVICE bool take_full() const {
+    auto w = atomic(word);
+    std::uint32_t seen = w.load(relaxed);
+    while ((seen & avail_open) == 0 && (seen & avail_count_mask) == blocks) {
+      // acq_rel: as settle's, for an emptied slab.
+      if (w.compare_exchange_weak(seen, avail_open | avail_no_class, acq_rel, relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+}  // namespace devmr::detail::heap

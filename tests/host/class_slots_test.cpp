@@ -1,0 +1,424 @@
+// The reuse path of the heap's core, driven from std::threads on host memory: block bitmaps,
+// slab counts and the slots of size classes over a set of small slabs. Every block is owned
+// through a table (an exchange from "nobody" to its owner), so a block handed out twice fails
+// the test at once; tags at both ends catch a block written by two owners.
+
+#include <devmr/detail/heap/block_bitmap.hpp>
+#include <devmr/detail/heap/class_slots.hpp>
+#include <devmr/detail/heap/slab_avail.hpp>
+#include <devmr/detail/heap/slab_set.hpp>
+#include <devmr/detail/heap/slab_stack.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace devmr::detail::heap;
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool under_tsan = true;
+#else
+constexpr bool under_tsan = false;
+#endif
+
+// ---- block_bitmap ------------------------------------------------------------------------------
+
+TEST_CASE("lowest_bits picks the n lowest set bits", "[reuse][bitmap]") {
+  CHECK(lowest_bits(0b1011'0110u, 0) == 0u);
+  CHECK(lowest_bits(0b1011'0110u, 1) == 0b10u);
+  CHECK(lowest_bits(0b1011'0110u, 3) == 0b1'0110u);
+  CHECK(lowest_bits(0b1011'0110u, 5) == 0b1011'0110u);
+  CHECK(lowest_bits(0b1011'0110u, 32) == 0b1011'0110u);
+  CHECK(lowest_bits(~0u, 31) == 0x7fff'ffffu);
+}
+
+TEST_CASE("a block bitmap hands out each freed block once", "[reuse][bitmap]") {
+  std::vector<std::uint32_t> words(4, 0xdeadbeefu);
+  block_bitmap const bm{words.data(), 4};
+  bm.clear();
+  CHECK(bm.take_from(0, 5) == 0u);
+  bm.give_range(3, 70);  // words 0 (bits 3..31), 1 (all), 2 (bits 0..5)
+  CHECK(words[0] == 0xffff'fff8u);
+  CHECK(words[1] == ~0u);
+  CHECK(words[2] == 0x3fu);
+  CHECK(words[3] == 0u);
+  std::vector<std::uint32_t> got;
+  bm.take(2, 67, [&](std::uint32_t w, std::uint32_t bits) {
+    for (; bits != 0; bits &= bits - 1) {
+      got.push_back(w * 32 + lowest_bit_index(bits));
+    }
+  });
+  REQUIRE(got.size() == 67);
+  std::sort(got.begin(), got.end());
+  for (std::uint32_t i = 0; i < 67; ++i) {
+    CHECK(got[i] == 3 + i);
+  }
+  CHECK(words[0] == 0u);
+  CHECK(words[1] == 0u);
+  CHECK(words[2] == 0u);
+  bm.give_block(100);
+  CHECK(words[3] == (1u << 4));
+}
+
+// ---- slab_avail --------------------------------------------------------------------------------
+
+TEST_CASE("a slab's count lists it once past the threshold and empties it once all is free",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail{word, 64, 2};  // threshold 8
+  avail.open_fresh();
+  CHECK(avail.free(20) == avail_event::none);  // open: its slot closes it
+  CHECK(avail.close(0) == avail_event::listed);
+  CHECK((word & avail_listed) != 0);
+  // The free of its last block asks for it to be taken off its list and taken; a slot that took
+  // it off the list first opens it, and the free finds it taken.
+  CHECK(avail.free(44) == avail_event::full_listed);
+  CHECK(avail.open_listed() == 64);
+  CHECK(word == (avail_open | 2u << avail_class_shift));
+  CHECK_FALSE(avail.take_full());
+  CHECK(avail.close(3) == avail_event::none);  // below the threshold: waits for frees
+  CHECK(avail.free(4) == avail_event::none);
+  CHECK(avail.free(1) == avail_event::listed);  // 8: this free lists it
+  CHECK(avail.free(1) == avail_event::none);
+  CHECK(avail.open_listed() == 9);
+  CHECK(avail.close(0) == avail_event::none);
+  CHECK(avail.free(7) == avail_event::none);
+  CHECK(avail.free(1) == avail_event::listed);
+  CHECK(avail.free(56) == avail_event::full_listed);
+  CHECK(avail.take_full());         // no slot came first: the free takes it
+  CHECK(avail.open_listed() == 0);  // and a slot that finds it on the list later does not
+  CHECK(word == (avail_open | avail_no_class));
+  // Another class's slot never opens it, whatever its list says.
+  avail.open_fresh();
+  CHECK(avail.close(10) == avail_event::listed);
+  slab_avail const other{word, 64, 3};
+  CHECK(other.open_listed() == 0);
+  CHECK(avail.free(54) == avail_event::full_listed);
+  CHECK(avail.take_full());
+}
+
+TEST_CASE("frees racing past the threshold list the slab exactly once", "[reuse][avail]") {
+  for (int round = 0; round < 200; ++round) {
+    std::uint32_t word = 0;
+    slab_avail const avail{word, 4096, 0};
+    avail.open_fresh();
+    CHECK(avail.close(0) == avail_event::none);
+    std::atomic<int> listed{0};
+    std::atomic<int> emptied{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 1024; ++i) {
+          avail_event const e = avail.free(1);
+          listed += e == avail_event::listed;
+          emptied += e == avail_event::emptied;
+        }
+      });
+    }
+    for (auto& t : threads) {
+      t.join();
+    }
+    REQUIRE(listed == 1);
+    REQUIRE(emptied == 0);
+    REQUIRE((word & avail_count_mask) == 4096);
+  }
+}
+
+// ---- class_slots over small slabs --------------------------------------------------------------
+
+/// Slabs of 16 KiB in host memory: class c holds blocks of 16 << c bytes, 1024 >> c of them.
+struct test_slab_memory {
+  static constexpr unsigned slab_shift = 14;
+  static constexpr std::uint32_t max_blocks = 1024;
+
+  explicit test_slab_memory(std::uint32_t count)
+      : slabs{count},
+        data{static_cast<std::byte*>(std::aligned_alloc(4096, std::size_t{count} << slab_shift))},
+        avail(count, 0xa5a5a5a5u),
+        next(count, 0),
+        cls(count, 0xffu),
+        bits(std::size_t{count} * bitmap_words_for(max_blocks), 0xa5a5a5a5u),
+        owner(std::size_t{count} * max_blocks),
+        listed(std::size_t{4} * bitmap_words_for(count), 0) {
+    for (std::uint32_t id = count; id-- > 0;) {
+      empty().push(id);
+    }
+  }
+  ~test_slab_memory() { std::free(data); }
+  test_slab_memory(test_slab_memory const&) = delete;
+  test_slab_memory& operator=(test_slab_memory const&) = delete;
+
+  struct link {
+    std::vector<std::uint32_t>* next;
+    std::uint32_t& operator()(std::uint32_t id) const { return (*next)[id]; }
+  };
+  slab_stack<link> empty() { return {empty_head, link{&next}}; }
+
+  std::uint32_t slabs;
+  std::byte* data;
+  std::vector<std::uint32_t> avail;
+  std::vector<std::uint32_t> next;
+  std::vector<std::uint32_t> cls;
+  std::vector<std::uint32_t> bits;
+  std::vector<std::atomic<std::uint32_t>> owner;  // 0: nobody
+  std::vector<std::uint32_t> listed;              // one set of slabs per class
+  std::uint64_t empty_head = empty_slab_stack;
+  std::atomic<std::uint64_t> empties{0};
+};
+
+/// The Slabs policy of class_slots over test_slab_memory.
+struct test_slabs {
+  test_slab_memory* m;
+
+  std::uint32_t blocks(unsigned c) const { return test_slab_memory::max_blocks >> c; }
+  std::uint32_t& avail(std::uint32_t id) const { return m->avail[id]; }
+  std::uint32_t* bits(std::uint32_t id) const {
+    return &m->bits[std::size_t{id} * bitmap_words_for(test_slab_memory::max_blocks)];
+  }
+  slab_set listed(unsigned c) const {
+    return {&m->listed[c * bitmap_words_for(m->slabs)], bitmap_words_for(m->slabs)};
+  }
+  std::uint32_t member(std::uint32_t id) const { return id; }
+  std::uint32_t slab_of(std::uint32_t member) const { return member; }
+  void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
+  std::uint32_t take_empty(unsigned) const { return m->empty().pop(); }
+  void give_empty(std::uint32_t id, unsigned) const {
+    atomic(m->cls[id]).store(0xffu, relaxed);
+    m->empties.fetch_add(1, std::memory_order_relaxed);
+    m->empty().push(id);
+  }
+};
+
+constexpr unsigned test_classes = 4;
+
+struct test_heap {
+  test_heap(std::uint32_t slabs, unsigned slot_count)
+      : memory{slabs},
+        words(std::size_t{slot_count} * test_classes, vacant_class_slot),
+        slots{test_slabs{&memory}, words.data(), test_classes, slot_count} {}
+
+  std::byte* block(std::uint32_t id, unsigned c, std::uint32_t b) {
+    return memory.data + (std::size_t{id} << test_slab_memory::slab_shift) +
+           (std::size_t{b} << (c + 4));
+  }
+
+  /// Claims up to `want` blocks of class `c` through `slot` for owner `who`: the block numbers
+  /// (slab << 10 | block), checked against the owner table.
+  std::uint32_t allocate(unsigned c,
+                         unsigned slot,
+                         std::uint32_t want,
+                         std::uint32_t who,
+                         std::vector<std::uint32_t>& out) {
+    std::uint32_t served = 0;
+    while (served < want) {
+      block_claim const got = slots.claim(c, slot, want - served, slot);
+      if (got.count == 0) {
+        break;
+      }
+      slots.take(got, c, [&](std::uint32_t b) {
+        std::uint32_t const key = got.id * test_slab_memory::max_blocks + b;
+        std::uint32_t const was = memory.owner[key].exchange(who, std::memory_order_relaxed);
+        if (was != 0) {
+          double_handouts.fetch_add(1, std::memory_order_relaxed);
+        }
+        std::byte* p = block(got.id, c, b);
+        std::memcpy(p, &who, 4);
+        std::memcpy(p + (std::size_t{16} << c) - 4, &who, 4);
+        out.push_back(key);
+      });
+      served += got.count;
+    }
+    return served;
+  }
+
+  void free(unsigned c, std::uint32_t key, std::uint32_t who, unsigned hint) {
+    std::uint32_t const id = key / test_slab_memory::max_blocks;
+    std::uint32_t const b = key % test_slab_memory::max_blocks;
+    std::byte* p = block(id, c, b);
+    std::uint32_t head = 0;
+    std::uint32_t tail = 0;
+    std::memcpy(&head, p, 4);
+    std::memcpy(&tail, p + (std::size_t{16} << c) - 4, 4);
+    if (head != who || tail != who ||
+        memory.owner[key].exchange(0, std::memory_order_relaxed) != who) {
+      bad_blocks.fetch_add(1, std::memory_order_relaxed);
+    }
+    slots.free_block(id, c, b, hint);
+  }
+
+  /// Free blocks that no slot or claim holds, over every slab of a class: what the counts say.
+  std::uint64_t counted_free_blocks() const {
+    std::uint64_t n = 0;
+    for (std::uint32_t id = 0; id < memory.slabs; ++id) {
+      if (memory.cls[id] < test_classes) {
+        n += memory.avail[id] & avail_count_mask;
+      }
+    }
+    return n;
+  }
+
+  test_slab_memory memory;
+  std::vector<std::uint64_t> words;
+  class_slots<test_slabs> slots;
+  std::atomic<std::uint64_t> double_handouts{0};
+  std::atomic<std::uint64_t> bad_blocks{0};
+};
+
+TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again", "[reuse][slots]") {
+  test_heap heap{4, 1};
+  std::vector<std::uint32_t> got;
+  // Class 3: 128 blocks a slab. Four slabs: 512 blocks, then nothing.
+  REQUIRE(heap.allocate(3, 0, 512, 1, got) == 512);
+  std::vector<std::uint32_t> more;
+  CHECK(heap.allocate(3, 0, 1, 1, more) == 0);
+  // Free every other block of the first two slabs: 128 blocks, 64 a slab, past the threshold.
+  // The slabs are closed (their slot moved on), so the frees list them.
+  std::vector<std::uint32_t> kept;
+  std::vector<std::uint32_t> freed;
+  for (std::uint32_t key : got) {
+    (key < 2 * 1024 && key % 2 == 0 ? freed : kept).push_back(key);
+  }
+  for (std::uint32_t key : freed) {
+    heap.free(3, key, 1, 0);
+  }
+  CHECK(heap.counted_free_blocks() == 128);
+  // The same blocks come back, every one once, and no more.
+  std::vector<std::uint32_t> again;
+  CHECK(heap.allocate(3, 0, 200, 2, again) == 128);
+  std::sort(again.begin(), again.end());
+  std::sort(freed.begin(), freed.end());
+  CHECK(again == freed);
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+}
+
+TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[reuse][slots]") {
+  test_heap heap{2, 1};
+  std::vector<std::uint32_t> small;
+  REQUIRE(heap.allocate(0, 0, 2048, 1, small) == 2048);  // both slabs, 16 B blocks
+  std::vector<std::uint32_t> none;
+  CHECK(heap.allocate(2, 0, 1, 1, none) == 0);
+  heap.slots.vacate(0, 0, 0);  // the slot gives its used-up slab up
+  for (std::uint32_t key : small) {
+    heap.free(0, key, 1, 0);
+  }
+  // Slab 0 was listed (closed when the slot moved on) and stays with its class; slab 1 was
+  // open until the vacate and empties when its last block is freed... unless it was listed
+  // first. Either way, class 2 gets a slab once class 0's list hands the listed one over to a
+  // claim of its own class, or the empty one directly.
+  std::vector<std::uint32_t> other;
+  CHECK(heap.allocate(2, 0, 256, 2, other) == 256);
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+}
+
+/// Threads allocating and freeing blocks of every class with mixed lifetimes: each thread keeps
+/// some blocks for the whole run and frees most soon after allocating them, staying within its
+/// share of 80% of the heap for each class. Returns the allocations that failed.
+std::uint64_t churn(test_heap& heap,
+                    unsigned threads,
+                    std::uint64_t ops_per_thread,
+                    double live_share) {
+  std::uint64_t const slabs_per_class = heap.memory.slabs / test_classes;
+  std::atomic<std::uint64_t> failures{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng{1234567u + t};
+      std::uint32_t const who = t + 1;
+      unsigned const slot = t % heap.slots.slot_count();
+      struct held {
+        std::vector<std::uint32_t> keep;  // for the whole run
+        std::vector<std::uint32_t> soon;  // freed in random order
+        std::uint64_t budget;
+      };
+      std::vector<held> classes(test_classes);
+      for (unsigned c = 0; c < test_classes; ++c) {
+        std::uint64_t const blocks = slabs_per_class * (test_slab_memory::max_blocks >> c);
+        classes[c].budget = static_cast<std::uint64_t>(live_share * blocks) / threads;
+      }
+      std::vector<std::uint32_t> got;
+      for (std::uint64_t op = 0; op < ops_per_thread; ++op) {
+        unsigned const c = static_cast<unsigned>(rng() % test_classes);
+        held& h = classes[c];
+        std::uint64_t const live = h.keep.size() + h.soon.size();
+        bool const grow = live == 0 || (live < h.budget && rng() % 2 == 0);
+        if (grow) {
+          auto const want =
+              static_cast<std::uint32_t>(std::min<std::uint64_t>(1 + rng() % 32, h.budget - live));
+          got.clear();
+          std::uint32_t const n = heap.allocate(c, slot, want, who, got);
+          if (n < want) {
+            failures.fetch_add(want - n, std::memory_order_relaxed);
+          }
+          for (std::uint32_t key : got) {
+            // One block in sixteen stays for the whole run while the thread has room for it.
+            (rng() % 16 == 0 && h.keep.size() < h.budget / 4 ? h.keep : h.soon).push_back(key);
+          }
+        } else if (!h.soon.empty()) {
+          std::size_t const i = rng() % h.soon.size();
+          heap.free(c, h.soon[i], who, t);
+          h.soon[i] = h.soon.back();
+          h.soon.pop_back();
+        }
+      }
+      for (unsigned c = 0; c < test_classes; ++c) {
+        for (std::uint32_t key : classes[c].soon) {
+          heap.free(c, key, who, t);
+        }
+        for (std::uint32_t key : classes[c].keep) {
+          heap.free(c, key, who, t);
+        }
+      }
+    });
+  }
+  for (auto& th : pool) {
+    th.join();
+  }
+  return failures;
+}
+
+TEST_CASE("threads churning blocks of mixed lifetimes at 80% of the heap never fail",
+          "[reuse][slots][threads]") {
+  unsigned const threads = 8;
+  std::uint64_t const ops = under_tsan ? 40'000 : 400'000;  // 3.2 M operations in all
+  test_heap heap{256, 4};
+  std::uint64_t const failures = churn(heap, threads, ops, 0.8);
+  CHECK(failures == 0);
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+  // Every block is free: after the slots give their slabs up, every slab of a class counts all
+  // its blocks (listed ones stay listed), and every other is back among the empty ones.
+  for (unsigned c = 0; c < test_classes; ++c) {
+    for (unsigned s = 0; s < heap.slots.slot_count(); ++s) {
+      heap.slots.vacate(c, s, 0);
+    }
+  }
+  std::uint32_t listed = 0;
+  for (std::uint32_t id = 0; id < heap.memory.slabs; ++id) {
+    std::uint32_t const c = heap.memory.cls[id];
+    if (c < test_classes) {
+      CHECK((heap.memory.avail[id] & avail_count_mask) == (test_slab_memory::max_blocks >> c));
+      ++listed;
+    }
+  }
+  std::uint32_t empty = 0;
+  while (heap.memory.empty().pop() != no_slab) {
+    ++empty;
+  }
+  CHECK(listed + empty == heap.memory.slabs);
+  // Slabs were emptied and changed class on the way (the mix of classes moved).
+  CHECK(heap.memory.empties > 0);
+}
+
+}  // namespace

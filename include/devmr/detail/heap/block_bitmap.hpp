@@ -74,9 +74,11 @@ struct block_bitmap {
 
   /// Frees the blocks that `mask` marks in word `w`. release: the last writes of the freeing
   /// threads to their blocks happen before the use of whoever takes the bits (take_from
-  /// acquires).
-  DEVMR_HOST_DEVICE void give(std::uint32_t w, std::uint32_t mask) const {
-    atomic(words[w]).fetch_or(mask, release);
+  /// acquires); relaxed where the caller issued a release fence since those writes.
+  DEVMR_HOST_DEVICE void give(std::uint32_t w,
+                              std::uint32_t mask,
+                              cuda::std::memory_order order = release) const {
+    atomic(words[w]).fetch_or(mask, order);
   }
 
   /// Frees block `block`.

@@ -182,7 +182,16 @@ class class_slots {
   DEVMR_HOST_DEVICE void free_bits(
       std::uint32_t id, unsigned cls, std::uint32_t w, std::uint32_t mask, unsigned hint) const {
     bitmap(id, cls).give(w, mask);
-    act(avail(id, cls).free(popcount32(mask)), id, cls, hint);
+    count_freed(id, cls, popcount32(mask), hint);
+  }
+
+  /// Counts `n` blocks of slab `id` (class `cls`) freed, whose bits the caller set: lists or
+  /// empties the slab when the count says so.
+  DEVMR_HOST_DEVICE void count_freed(std::uint32_t id,
+                                     unsigned cls,
+                                     std::uint32_t n,
+                                     unsigned hint) const {
+    act(avail(id, cls).free(n), id, cls, hint);
   }
 
   /// Frees block `block` of slab `id` (class `cls`).

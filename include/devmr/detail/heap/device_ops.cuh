@@ -6,42 +6,12 @@
 // subtraction.
 
 #include <devmr/detail/heap/heap_core.hpp>
-
-#include <cuda/ptx>
-#include <nv/target>
+#include <devmr/detail/heap/warp.cuh>
 
 #include <cstddef>
 #include <cstdint>
 
 namespace devmr::detail::heap {
-
-__device__ __forceinline__ unsigned lane_id() {
-  unsigned lane;
-  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-  return lane;
-}
-
-/// The lanes of this warp below the calling one. Volatile, so that it stays where it is called
-/// (early: the read of a special register takes some twenty cycles).
-__device__ __forceinline__ unsigned lanes_below() {
-  unsigned mask;
-  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
-  return mask;
-}
-
-__device__ __forceinline__ unsigned sm_id() {
-  unsigned sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  return sm;
-}
-
-/// A release fence at device scope: `fence.release.gpu` where the target has it (sm_90), which
-/// unlike the `fence.acq_rel.gpu` of `cuda::atomic_thread_fence` leaves the L1 cache alone.
-__device__ __forceinline__ void release_fence() {
-  NV_IF_ELSE_TARGET(NV_PROVIDES_SM_90,
-                    (cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);),
-                    (cuda::atomic_thread_fence(release, cuda::thread_scope_device);))
-}
 
 /// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
 /// `arena0` and `checked`: arena 0's entry and the heap's flag, as the slab_ref carries them (a

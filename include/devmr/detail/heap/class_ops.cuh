@@ -1,0 +1,118 @@
+#pragma once
+
+// The device path of the size classes' slots, a warp at a time: the lanes of a warp that ask for
+// blocks of one class share one claim (one atomic on their SM's slot of the class) and, from a
+// reused slab, one AND per bitmap word their blocks come from; the lanes that free blocks of one
+// bitmap word share one OR and one addition to their slab's count.
+
+#include <devmr/detail/heap/class_slots.hpp>
+#include <devmr/detail/heap/warp.cuh>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+/// Serves the calling lane's request for one block of class `cls` through slot `slot` of
+/// `slots`, together with the lanes of its warp that ask for the same class at the same time:
+/// the block, or nullptr. `failed`: blocks the heap could not serve, as the first lane of the
+/// group sees them (0 elsewhere), for the caller to count. `Slabs` gives `data(id)`, the first
+/// byte of slab `id`, beside what class_slots needs.
+template <class Slabs>
+__device__ std::byte* warp_allocate(
+    class_slots<Slabs> const& slots, unsigned cls, unsigned slot, unsigned hint, unsigned& failed) {
+  unsigned const active = __activemask();
+  unsigned const peers = __match_any_sync(active, cls);
+  unsigned const leader = __ffs(peers) - 1;
+  bool const leads = lane_id() == leader;
+  unsigned const shift = cls + min_block_shift;
+  // This lane's place among the blocks the peers still want (wraps once it has its block).
+  unsigned place = __popc(peers & lanes_below());
+  unsigned rest = __popc(peers);  // uniform across the peers: every value below is broadcast
+  std::byte* mine = nullptr;
+  while (rest != 0) {
+    block_claim got = no_claim;
+    if (leads) {
+      got = slots.claim(cls, slot, rest, hint);
+    }
+    got.count = __shfl_sync(peers, got.count | (got.fresh ? 1u << 31 : 0u), leader);
+    if (got.count == 0) {
+      break;
+    }
+    bool const fresh = (got.count >> 31) != 0;
+    got.count &= ~(1u << 31);
+    got.id = __shfl_sync(peers, got.id, leader);
+    got.first = __shfl_sync(peers, got.first, leader);
+    std::byte* const slab = slots.slabs().data(got.id);
+    if (fresh) {
+      // The next blocks of a fresh slab, in order.
+      if (place < got.count) {
+        mine = slab + (std::size_t{got.first + place} << shift);
+      }
+      place -= got.count;
+    } else {
+      // Bits of a reused slab, one word at a time: the leader takes them, every peer sees which.
+      block_bitmap const bitmap = slots.bitmap(got.id, cls);
+      unsigned need = got.count;
+      std::uint32_t w = got.first;
+      unsigned bare = 0;
+      while (need != 0) {
+        std::uint32_t bits = 0;
+        if (leads) {
+          bits = bitmap.take_from(w, need);
+        }
+        bits = __shfl_sync(peers, bits, leader);
+        if (bits == 0) {
+          w = w + 1 == bitmap.count ? 0 : w + 1;
+          if (++bare > bitmap.count) {
+            pause_briefly();  // see block_bitmap::take
+            bare = 0;
+          }
+          continue;
+        }
+        unsigned const n = __popc(bits);
+        if (place < n) {
+          unsigned const bit = __fns(bits, 0, static_cast<int>(place) + 1);
+          mine = slab + (std::size_t{w * bitmap_word_bits + bit} << shift);
+        }
+        place -= n;
+        need -= n;
+        bare = 0;
+      }
+    }
+    rest -= got.count;
+  }
+  // Memory ordering among the peers (shuffles give none): the leader's acquires happen before
+  // every peer's use of its block.
+  __syncwarp(peers);
+  failed = leads ? rest : 0;
+  return mine;
+}
+
+/// Frees the calling lane's block `block` of slab `id` (class `cls`), if `valid`, together with
+/// the lanes of its warp that free blocks of the same bitmap word: one OR and one addition for
+/// them all, by the first of them. Every active lane calls it. The caller issued a release fence
+/// after a warp barrier since the last use of every calling lane's block (device_deallocate), so
+/// that the OR needs none and the addition's release orders the OR before it.
+template <class Slabs>
+__device__ void warp_free(class_slots<Slabs> const& slots,
+                          std::uint32_t id,
+                          unsigned cls,
+                          std::uint32_t block,
+                          bool valid,
+                          unsigned hint) {
+  unsigned const active = __activemask();
+  unsigned const below = lanes_below();
+  std::uint32_t const w = block / bitmap_word_bits;
+  // Lanes with nothing to free match on a value of their own, which no (slab, word) takes.
+  unsigned long long const key =
+      valid ? (static_cast<unsigned long long>(id) << 16) | w : ~0ull - __popc(below);
+  unsigned const peers = __match_any_sync(active, key);
+  std::uint32_t const mask = __reduce_or_sync(peers, valid ? 1u << (block % bitmap_word_bits) : 0u);
+  if (valid && (peers & below) == 0) {
+    slots.bitmap(id, cls).give(w, mask, relaxed);
+    slots.count_freed(id, cls, __popc(mask), hint);
+  }
+}
+
+}  // namespace devmr::detail::heap

@@ -954,7 +954,8 @@ int run(options const& opts) {
     std::printf(
         "\nthreads n = live share x heap / (2 x mean block size), 4 slots each; slot j toggles "
         "with probability 2^-(j+1) per round. allocations: allocate calls; failed%%: of them; "
-        "1st: the first round with a failed allocation; ms/round: median kernel time of the "
+        "1st: the first round (from 0) with a failed allocation; ms/round: median kernel time of "
+        "the "
         "rounds (CUDA events); G ops/s: (allocate + free calls) / total kernel time; badtag, "
         "misalgn: blocks whose tags changed, blocks not 16-byte aligned (rounds and the final "
         "free); live MiB: bytes the full slots asked for after the last round; inuse MiB: "

@@ -7,6 +7,8 @@
 //   tag at the first and the last word of its block), an untimed check kernel (every tag and the
 //   16-byte alignment), a free kernel (every thread frees); median of 5 runs of each kernel, timed
 //   with CUDA events. Churn: one kernel, each thread 16 x (allocate 64 B, write, free).
+//   devmr's heap is reset before a row's first run only: its later runs take the slabs that the
+//   earlier ones freed, as a user's kernels do (--reset: before every run, from fresh slabs).
 //
 // G ops/s: alloc and free rows count one operation per thread; churn rows count the 16 allocations
 // of each thread (each allocation comes with its free; the pair is one operation).
@@ -360,7 +362,7 @@ constexpr unsigned churn_row = ~0u;
 struct options {
   bool quick = false;
   bool no_malloc = false;
-  bool no_reset = false;
+  bool reset = false;  ///< devmr: reset the heap before every run, not only a row's first
   std::vector<std::pair<unsigned, unsigned>> only;  ///< --row: threads, size_arg or churn_row
   std::string only_flags;                           ///< those --row arguments, as given
 
@@ -374,11 +376,11 @@ struct options {
 [[noreturn]] void usage(char const* argv0, int status) {
   std::fprintf(
       status == 0 ? stdout : stderr,
-      "usage: %s [--quick] [--no-malloc] [--no-reset] [--row T:S]...\n"
+      "usage: %s [--quick] [--no-malloc] [--reset] [--row T:S]...\n"
       "  --quick      only 2^20 threads, 3 runs per phase instead of 5\n"
       "  --no-malloc  leave out CUDA's device malloc\n"
-      "  --no-reset   devmr: reset the heap once per row, not before every run (later runs\n"
-      "               then take recycled slabs instead of fresh ones)\n"
+      "  --reset      devmr: reset the heap before every run of a row, not only before the first\n"
+      "               (every run then starts from fresh slabs instead of recycled ones)\n"
       "  --row T:S    only this row (repeatable): T = 16, 20 or 22 (2^T threads), S = 16, 64,\n"
       "               256, 1024, 4096, mixed or churn; for profiling one row, or comparing "
       "builds\n",
@@ -531,12 +533,13 @@ class heap_bench {
                            counters_};
   }
 
-  /// Brings an allocator to the state every run starts from; sets the malloc deadline.
+  /// Brings an allocator to the state a run starts from (devmr: a reset before the row's first
+  /// run, or before every run with --reset); sets the malloc deadline.
   void prepare(allocator_kind kind, bool first_run) {
     DEVMR_CUDA_TRY(cudaMemsetAsync(counters_, 0, sizeof(run_counters), 0));
     switch (kind) {
       case allocator_kind::devmr:
-        if (first_run || !opts_.no_reset) {
+        if (first_run || opts_.reset) {
           heap_.reset();
         }
         break;
@@ -856,7 +859,7 @@ int run(options const& opts) {
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / static_cast<double>(gib), driver, runtime);
   std::printf("flags:%s%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
-              opts.no_malloc ? " --no-malloc" : "", opts.no_reset ? " --no-reset" : "",
+              opts.no_malloc ? " --no-malloc" : "", opts.reset ? " --reset" : "",
               opts.only_flags.c_str(),
               static_cast<double>(malloc_limit) / static_cast<double>(gib));
   std::fflush(stdout);
@@ -924,8 +927,8 @@ int main(int argc, char** argv) {
       opts.quick = true;
     } else if (std::strcmp(argv[a], "--no-malloc") == 0) {
       opts.no_malloc = true;
-    } else if (std::strcmp(argv[a], "--no-reset") == 0) {
-      opts.no_reset = true;
+    } else if (std::strcmp(argv[a], "--reset") == 0) {
+      opts.reset = true;
     } else if (std::strcmp(argv[a], "--row") == 0) {
       if (a + 1 == argc) {
         std::fprintf(stderr, "heap_bench: --row needs a row, e.g. --row 16:4096\n");

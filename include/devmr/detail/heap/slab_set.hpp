@@ -1,10 +1,12 @@
 #pragma once
 
-// A set of slabs kept as a bitmap, one bit per slab: a size class's list of slabs with blocks to
-// reuse. Any thread adds a slab or takes one off (one atomic each), and a search takes whichever
-// it finds first from where it starts looking, so that searches from different SMs start apart.
-// Membership is only a hint: the slab's count (slab_avail) says whether the slab is really
-// listed, and whoever takes it off checks that with its own atomic.
+// A set of slabs kept as a bitmap, one bit per slab, with a summary of one bit per bitmap word:
+// a size class's list of slabs with blocks to reuse. Any thread adds a slab or takes one off (one
+// atomic each; the first member of a bare word also sets its summary bit), and a search takes
+// whichever it finds first from where it starts looking, skipping 32 bare words a summary load,
+// so that an empty list costs a few loads. Membership is only a hint: the slab's count
+// (slab_avail) says whether the slab is really listed, and whoever takes it off checks that with
+// its own atomic.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>
@@ -17,39 +19,85 @@ namespace devmr::detail::heap {
 /// What slab_set::take returns when the set is empty.
 inline constexpr std::uint32_t no_member = 0xffffffffu;
 
-/// A view of `count` words of a slab set.
+/// Words of a slab set of `members` slabs: the bitmap, then its summary.
+DEVMR_HOST_DEVICE constexpr std::uint32_t slab_set_words(std::uint32_t members) {
+  return bitmap_words_for(members) + bitmap_words_for(bitmap_words_for(members));
+}
+
+/// A view of a slab set of `count` bitmap words at `words` (its summary follows them).
 struct slab_set {
   std::uint32_t* words;
   std::uint32_t count;
 
-  /// Adds slab `index`.
+  DEVMR_HOST_DEVICE std::uint32_t& summary(std::uint32_t w) const {
+    return words[count + w / bitmap_word_bits];
+  }
+
+  /// Adds slab `index`. A word that was bare gets its summary bit (release: a search that sees
+  /// the summary bit sees the member).
   DEVMR_HOST_DEVICE void insert(std::uint32_t index) const {
-    atomic(words[index / bitmap_word_bits]).fetch_or(1u << (index % bitmap_word_bits), relaxed);
-  }
-
-  /// Takes slab `index` off; true when it was in the set.
-  DEVMR_HOST_DEVICE bool erase(std::uint32_t index) const {
-    std::uint32_t const bit = 1u << (index % bitmap_word_bits);
-    return (atomic(words[index / bitmap_word_bits]).fetch_and(~bit, relaxed) & bit) != 0;
-  }
-
-  /// Takes a slab off the set, looking from word `start` on and around once: its index, or
-  /// no_member when the set looked empty.
-  DEVMR_HOST_DEVICE std::uint32_t take(std::uint32_t start) const {
-    if (count == 0) {
-      return no_member;
+    std::uint32_t const w = index / bitmap_word_bits;
+    if (atomic(words[w]).fetch_or(1u << (index % bitmap_word_bits), relaxed) == 0) {
+      atomic(summary(w)).fetch_or(1u << (w % bitmap_word_bits), release);
     }
-    std::uint32_t w = start % count;
-    DEVMR_ROLLED for (std::uint32_t n = 0; n < count; ++n) {
-      auto word = atomic(words[w]);
-      for (std::uint32_t seen = word.load(relaxed); seen != 0;) {
-        std::uint32_t const bit = seen & (0u - seen);
-        seen = word.fetch_and(~bit, relaxed);
-        if ((seen & bit) != 0) {
-          return w * bitmap_word_bits + lowest_bit_index(bit);
+  }
+
+  /// Takes slab `index` off; true when it was in the set. The last member of a word takes the
+  /// word's summary bit too (see bare), so that searches do not wade through words emptied so.
+  DEVMR_HOST_DEVICE bool erase(std::uint32_t index) const {
+    std::uint32_t const w = index / bitmap_word_bits;
+    std::uint32_t const bit = 1u << (index % bitmap_word_bits);
+    std::uint32_t const was = atomic(words[w]).fetch_and(~bit, relaxed);
+    if (was == bit) {
+      bare(w);
+    }
+    return (was & bit) != 0;
+  }
+
+  /// Clears the summary bit of word `w`, found bare, and sets it again if a member came
+  /// meanwhile (it may have found the bit still set, and set none).
+  DEVMR_HOST_DEVICE void bare(std::uint32_t w) const {
+    std::uint32_t const bit = 1u << (w % bitmap_word_bits);
+    // acq_rel: orders the clear before the look at the word that follows.
+    atomic(summary(w)).fetch_and(~bit, acq_rel);
+    if (atomic(words[w]).load(relaxed) != 0) {
+      atomic(summary(w)).fetch_or(bit, relaxed);
+    }
+  }
+
+  /// Takes a member off bitmap word `w`: its index, or no_member when the word is bare.
+  DEVMR_HOST_DEVICE std::uint32_t take_from(std::uint32_t w) const {
+    auto word = atomic(words[w]);
+    for (std::uint32_t seen = word.load(relaxed); seen != 0;) {
+      std::uint32_t const bit = seen & (0u - seen);
+      seen = word.fetch_and(~bit, relaxed);
+      if ((seen & bit) != 0) {
+        return w * bitmap_word_bits + lowest_bit_index(bit);
+      }
+    }
+    return no_member;
+  }
+
+  /// Takes a slab off the set, looking from summary word `start` on and around once: its
+  /// index, or no_member when the set looked empty. Clears the summary bits of bare words it
+  /// looks at (and looks at the word again after, since a member added meanwhile may have found
+  /// the summary bit still set).
+  DEVMR_HOST_DEVICE std::uint32_t take(std::uint32_t start) const {
+    std::uint32_t const summaries = bitmap_words_for(count);
+    DEVMR_ROLLED for (std::uint32_t n = 0; n < summaries; ++n) {
+      std::uint32_t const s = (start + n) % summaries;
+      // acquire: pairs with the release in insert.
+      for (std::uint32_t marked = atomic(words[count + s]).load(acquire); marked != 0;
+           marked &= marked - 1) {
+        std::uint32_t const w = s * bitmap_word_bits + lowest_bit_index(marked);
+        if (std::uint32_t const m = take_from(w); m != no_member) {
+          return m;
+        }
+        bare(w);
+        if (std::uint32_t const m = take_from(w); m != no_member) {
+          return m;
         }
       }
-      w = w + 1 == count ? 0 : w + 1;
     }
     return no_member;
   }

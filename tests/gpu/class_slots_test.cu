@@ -16,9 +16,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace reuse_engine_test {
@@ -526,7 +526,7 @@ TEST_CASE("the reuse path's warp paths on a warm heap, beside the bump-pointer f
 
 TEST_CASE("the reuse path serves a steady churn at 80% of a 512 MiB heap without failing",
           "[reuse][big]") {
-  std::vector<int> rows{0, 2, 8, -1};  // 16 B, 64 B, 4 KiB, mixed
+  std::vector<int> rows{0, 2, 8, -1};                        // 16 B, 64 B, 4 KiB, mixed
   if (char const* only = std::getenv("DEVMR_ENGINE_ROW")) {  // one row, for a profiler
     rows = {std::atoi(only)};
   }

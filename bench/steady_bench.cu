@@ -17,14 +17,16 @@
 //   and at the last word of the block, derived from (seed, round allocated, thread, slot).
 //
 //   The same kernel runs CUDA's device malloc/free on the 512 MiB rows (cudaLimitMallocHeapSize
-//   512 MiB), capped at 20 s of kernel time per row: a round is not started when the last one
-//   says it would pass the cap, and a %globaltimer deadline abandons a round that does (its time
-//   and counts are dropped). devmr/malloc compares the two over the rounds that malloc ran.
+//   512 MiB). Each allocator's row is capped at a budget of kernel time (devmr 20 s,
+//   --devmr-budget; malloc 20 s, and 120 s over all rows): a round is not started when the last
+//   one says it would pass the budget, and a %globaltimer deadline abandons a round that does (its
+//   time and counts are dropped). A capped row's note gives the rounds that ran, which its numbers
+//   cover. devmr/malloc compares the two over the first rounds that both ran.
 //
 //   The kernel runs a resident grid (occupancy x SMs, 256-thread blocks) that strides over the n
 //   logical threads; each round is timed with CUDA events (event_timer.hpp). After the last round,
 //   untimed: the live blocks and bytes are counted, heap.stats() read, every block checked and
-//   freed, and heap.stats() read again.
+//   freed (under a 30 s deadline, past which blocks are left), and heap.stats() read again.
 //
 // Exit status: 0 every block's tags and alignment checked out; 1 a bad block (a wrong tag, a
 // block not aligned to 16 bytes), or a CUDA or devmr call failed; 2 no GPU; 64 bad command line.
@@ -50,6 +52,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -77,8 +80,11 @@ constexpr std::size_t malloc_heap_bytes = 512 * mib;
 /// CUDA malloc: kernel time one row may take, and all rows together (later rows are skipped).
 constexpr double malloc_row_budget_ms = 20'000.0;
 constexpr double malloc_total_budget_ms = 120'000.0;
-/// CUDA malloc: the deadline of the untimed kernel that frees a row's blocks.
-constexpr unsigned long long malloc_drain_budget_ns = 30'000'000'000ull;
+/// devmr: kernel time one row may take (--devmr-budget), and the most the option accepts.
+constexpr double default_devmr_budget_ms = 20'000.0;
+constexpr double max_devmr_budget_s = 1e6;
+/// Either allocator: the deadline of the untimed kernel that frees a row's blocks.
+constexpr unsigned long long drain_budget_ns = 30'000'000'000ull;
 
 /// Targets of DESIGN.md.
 constexpr double gops_target = 1.0;
@@ -148,7 +154,7 @@ struct round_counters {
   unsigned long long failed;        ///< allocations that returned nullptr
   unsigned long long tag_errors;    ///< blocks whose first or last word lost its tag
   unsigned long long align_errors;  ///< blocks not aligned to 16 bytes (freed at once)
-  unsigned long long abandoned;     ///< CUDA malloc: logical threads skipped past the deadline
+  unsigned long long abandoned;     ///< logical threads (drain: blocks) skipped past the deadline
 };
 
 /// The blocks counted after the last round.
@@ -185,12 +191,13 @@ __device__ __forceinline__ void add_warp_count(unsigned long long* total, unsign
   }
 }
 
-/// devmr's device heap.
+/// devmr's device heap, with the deadline past which a kernel stops calling it.
 struct devmr_allocator {
   devmr::slab_ref<> ref;
+  unsigned long long const* deadline_ns;
   __device__ void* allocate(std::size_t bytes) const { return ref.allocate(bytes, 16); }
   __device__ void deallocate(void* p, std::size_t bytes) const { ref.deallocate(p, bytes, 16); }
-  __device__ bool past_deadline() const { return false; }
+  __device__ bool past_deadline() const { return global_timer_ns() > *deadline_ns; }
 };
 
 /// CUDA's device malloc/free, with the deadline past which a kernel stops calling them.
@@ -290,8 +297,8 @@ __global__ void survey_kernel(slot_arrays s,
   add_warp_count(&c->bytes, bytes);
 }
 
-/// Checks the tags of every full slot's block and frees it (untimed). CUDA malloc: past the
-/// deadline the slots stay full, counted as abandoned.
+/// Checks the tags of every full slot's block and frees it (untimed). Past the deadline the slots
+/// stay full, counted as abandoned.
 template <class Allocator>
 __global__ void drain_kernel(Allocator allocator,
                              slot_arrays s,
@@ -326,7 +333,7 @@ __global__ void drain_kernel(Allocator allocator,
   add_warp_count(&c->abandoned, abandoned);
 }
 
-/// Sets the deadline of the next CUDA malloc kernel (enqueued right before it, untimed).
+/// Sets the deadline of the next round or drain kernel (enqueued right before it, untimed).
 __global__ void set_deadline_kernel(unsigned long long* deadline_ns, unsigned long long budget_ns) {
   *deadline_ns = global_timer_ns() + budget_ns;
 }
@@ -350,6 +357,13 @@ std::string heap_label(std::size_t bytes) {
                           : std::to_string(bytes / mib) + " MiB";
 }
 
+/// A kernel-time budget as the notes give it: "20 s", "0.5 s".
+std::string seconds_label(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", ms / 1000.0);
+  return buf;
+}
+
 std::string size_label(unsigned size_arg) {
   if (size_arg == mixed_size) {
     return "mixed";
@@ -362,6 +376,7 @@ struct options {
   bool quick = false;
   bool no_malloc = false;
   unsigned rounds = 0;  ///< 0: the default (60, --quick 20)
+  double devmr_budget_ms = default_devmr_budget_ms;
   std::uint64_t seed = default_seed;
   std::vector<row_spec> only;  ///< --row
   std::string flags;           ///< the command line's options, as given
@@ -370,16 +385,21 @@ struct options {
 [[noreturn]] void usage(char const* argv0, int status) {
   std::fprintf(
       status == 0 ? stdout : stderr,
-      "usage: %s [--quick] [--no-malloc] [--rounds N] [--seed S] [--row HEAP:LIVE:SIZE]...\n"
-      "  --quick       512 MiB rows only, 20 rounds\n"
-      "  --no-malloc   leave out CUDA's device malloc\n"
-      "  --rounds N    rounds per row (default 60; 1 to 65535)\n"
-      "  --seed S      the hash's seed (default %llu)\n"
-      "  --row H:L:S   only this row (repeatable): H heap (512M, 4G, ...), L live percent (50, "
-      "80, ...),\n"
-      "                S block size (16, 64, 4096 or 4K, ... a power of two up to 512K) or mixed;\n"
-      "                e.g. --row 512M:80:mixed\n",
-      argv0, static_cast<unsigned long long>(default_seed));
+      "usage: %s [--quick] [--no-malloc] [--rounds N] [--seed S] [--devmr-budget SECONDS]\n"
+      "          [--row HEAP:LIVE:SIZE]...\n"
+      "  --quick             512 MiB rows only, 20 rounds\n"
+      "  --no-malloc         leave out CUDA's device malloc\n"
+      "  --rounds N          rounds per row (default 60; 1 to 65535)\n"
+      "  --seed S            the hash's seed (default %llu)\n"
+      "  --devmr-budget S    devmr's kernel time per row in seconds (default %.0f; above 0, at "
+      "most %.0f)\n"
+      "  --row H:L:S         only this row (repeatable): H heap (512M, 4G, ...), L live percent "
+      "(50, 80,\n"
+      "                      ...), S block size (16, 64, 4096 or 4K, ... a power of two up to "
+      "512K) or\n"
+      "                      mixed; e.g. --row 512M:80:mixed\n",
+      argv0, static_cast<unsigned long long>(default_seed), default_devmr_budget_ms / 1000.0,
+      max_devmr_budget_s);
   std::exit(status);
 }
 
@@ -476,7 +496,7 @@ std::vector<row_spec> protocol_rows(bool quick) {
 struct run_result {
   bool ran = false;
   std::string note;                        ///< why it was skipped or stopped early
-  std::vector<float> round_ms;             ///< the rounds counted (CUDA malloc: those it completed)
+  std::vector<float> round_ms;             ///< the rounds counted: those completed within budget
   std::vector<round_counters> rounds;      ///< their counters
   round_counters drain{};                  ///< the untimed free of what was left
   live_counters live{};                    ///< after the last round
@@ -578,12 +598,13 @@ class steady_bench {
   /// Launches each kernel once on no threads, so that no timed round pays for loading it.
   void warm_up() {
     slot_arrays const none{ptrs_, born_, 0};
-    round_kernel<<<1, block_threads>>>(devmr_allocator{}, none, 16, seed_key_, 0, counters_);
-    drain_kernel<<<1, block_threads>>>(devmr_allocator{}, none, 16, seed_key_, counters_);
+    devmr_allocator const d{{}, deadline_ns_};
+    set_deadline_kernel<<<1, 1>>>(deadline_ns_, 0);
+    round_kernel<<<1, block_threads>>>(d, none, 16, seed_key_, 0, counters_);
+    drain_kernel<<<1, block_threads>>>(d, none, 16, seed_key_, counters_);
     survey_kernel<<<1, block_threads>>>(none, 16, seed_key_, live_);
     if (!opts_.no_malloc) {
       cuda_malloc_allocator const m{deadline_ns_};
-      set_deadline_kernel<<<1, 1>>>(deadline_ns_, 0);
       round_kernel<<<1, block_threads>>>(m, none, 16, seed_key_, 0, counters_);
       drain_kernel<<<1, block_threads>>>(m, none, 16, seed_key_, counters_);
     }
@@ -636,13 +657,6 @@ class steady_bench {
     DEVMR_CUDA_TRY(cudaMemset(live_, 0, sizeof(live_counters)));
   }
 
-  std::vector<round_counters> read_counters(std::size_t count) {
-    std::vector<round_counters> c(count);
-    DEVMR_CUDA_TRY(
-        cudaMemcpy(c.data(), counters_, sizeof(round_counters) * count, cudaMemcpyDeviceToHost));
-    return c;
-  }
-
   round_counters read_counter(std::size_t index) {
     round_counters c{};
     DEVMR_CUDA_TRY(
@@ -672,23 +686,15 @@ class steady_bench {
                                                         .maximum_bytes = spec.heap_bytes}};
     DEVMR_CUDA_TRY(cudaDeviceSynchronize());
     clear(n);
-    devmr_allocator const a{heap.ref()};
-    unsigned const grid = resident_grid(round_kernel<devmr_allocator>, n);
-    for (unsigned round = 0; round < rounds_; ++round) {
-      out.round_ms.push_back(timer_.time_ms([&] {
-        round_kernel<<<grid, block_threads>>>(a, arrays(n), spec.size_arg, seed_key_, round,
-                                              counters_ + round);
-      }));
-    }
+    devmr_allocator const a{heap.ref(), deadline_ns_};
     out.ran = true;
+    round_counters const dropped = run_rounds(a, spec, n, opts_.devmr_budget_ms, out);
     out.live = survey(spec, n);
     out.stats = heap.stats();
-    drain_kernel<<<resident_grid(drain_kernel<devmr_allocator>, n), block_threads>>>(
-        a, arrays(n), spec.size_arg, seed_key_, counters_ + rounds_);
-    DEVMR_CUDA_TRY(cudaGetLastError());
-    std::vector<round_counters> const c = read_counters(rounds_ + 1);
-    out.rounds.assign(c.begin(), c.begin() + rounds_);
-    out.drain = c[rounds_];
+    round_counters const d = drain(a, spec, n);
+    out.drain.frees += d.frees;
+    out.drain.tag_errors += d.tag_errors;
+    out.drain.abandoned += d.abandoned;
     devmr::heap_stats const after = heap.stats();
 
     if (out.stats->blocks_in_use != out.live.blocks) {
@@ -696,14 +702,21 @@ class steady_bench {
                      " blocks in use after the last round, the slots hold " +
                      std::to_string(out.live.blocks));
     }
-    if (out.stats->failed_allocations != out.total(&round_counters::failed)) {
+    // The heap also counted the failures of a round left out past the budget.
+    unsigned long long const failed = out.total(&round_counters::failed) + dropped.failed;
+    if (out.stats->failed_allocations != failed) {
       warn(spec, "heap stats count " + std::to_string(out.stats->failed_allocations) +
-                     " failed allocations, the kernels saw " +
-                     std::to_string(out.total(&round_counters::failed)));
+                     " failed allocations, the kernels saw " + std::to_string(failed));
     }
-    if (after.blocks_in_use != 0) {
+    if (d.abandoned != 0) {
+      warn(spec, "devmr: " + std::to_string(d.abandoned) +
+                     " blocks not freed within 30 s; the heap's destruction returns them");
+    }
+    if (after.blocks_in_use != d.abandoned) {
       warn(spec, "heap stats count " + std::to_string(after.blocks_in_use) +
-                     " blocks in use after every block was freed");
+                     (d.abandoned == 0 ? " blocks in use after every block was freed"
+                                       : " blocks in use after the final free, which left " +
+                                             std::to_string(d.abandoned)));
     }
   }
 
@@ -712,52 +725,82 @@ class steady_bench {
     DEVMR_CUDA_TRY(cudaGetLastError());
   }
 
-  void run_malloc(row_spec const& spec, std::size_t n, run_result& out) {
-    clear(n);
-    DEVMR_CUDA_TRY(cudaDeviceSynchronize());
-    cuda_malloc_allocator const a{deadline_ns_};
-    unsigned const grid = resident_grid(round_kernel<cuda_malloc_allocator>, n);
+  /// Runs the row's rounds with `a` within `budget_ms` of kernel time: a round is not started
+  /// when the last one says it would pass the budget, and each starts with a deadline where the
+  /// budget runs out, past which its threads skip their slots (abandoned). A round that abandoned
+  /// threads ends the row; its time and counts are left out of `out` (its bad blocks stay in), the
+  /// note says so and it is returned (zeros when every round ran whole). The slots stay
+  /// consistent either way: a thread skips all of its slots or none. CUDA malloc: the rows'
+  /// total budget also stops the row.
+  template <class Allocator>
+  round_counters run_rounds(
+      Allocator const& a, row_spec const& spec, std::size_t n, double budget_ms, run_result& out) {
+    constexpr bool is_malloc = std::is_same_v<Allocator, cuda_malloc_allocator>;
+    unsigned const grid = resident_grid(round_kernel<Allocator>, n);
+    std::string const budget = seconds_label(budget_ms);
     double spent_ms = 0.0;
-    out.ran = true;
     for (unsigned round = 0; round < rounds_; ++round) {
-      if (round > 0 && spent_ms + out.round_ms.back() > malloc_row_budget_ms) {
+      if (round > 0 && spent_ms + out.round_ms.back() > budget_ms) {
         out.note = "stopped after " + std::to_string(round) + " of " + std::to_string(rounds_) +
-                   " rounds: the next would pass 20 s";
+                   " rounds: the next would pass " + budget;
         break;
       }
-      if (malloc_spent_ms_ >= malloc_total_budget_ms) {
-        out.note = "stopped after " + std::to_string(round) + " of " + std::to_string(rounds_) +
-                   " rounds: the 120 s malloc budget is spent";
-        break;
+      if constexpr (is_malloc) {
+        if (malloc_spent_ms_ >= malloc_total_budget_ms) {
+          out.note = "stopped after " + std::to_string(round) + " of " + std::to_string(rounds_) +
+                     " rounds: the 120 s malloc budget is spent";
+          break;
+        }
       }
-      arm_deadline(static_cast<unsigned long long>((malloc_row_budget_ms - spent_ms) * 1e6));
+      arm_deadline(static_cast<unsigned long long>((budget_ms - spent_ms) * 1e6));
       float const ms = timer_.time_ms([&] {
         round_kernel<<<grid, block_threads>>>(a, arrays(n), spec.size_arg, seed_key_, round,
                                               counters_ + round);
       });
-      malloc_spent_ms_ += ms;
+      if constexpr (is_malloc) {
+        malloc_spent_ms_ += ms;
+      }
       round_counters const c = read_counter(round);
       if (c.abandoned != 0) {
         out.note = "stopped in round " + std::to_string(round) + " of " + std::to_string(rounds_) +
-                   ": it passed 20 s (" + std::to_string(c.abandoned) +
-                   " threads abandoned; that round is not counted)";
+                   ": it passed " + budget + " (" + std::to_string(c.abandoned) +
+                   " threads abandoned; that round is not counted" +
+                   (c.failed != 0 ? ", " + std::to_string(c.failed) + " of its allocations failed"
+                                  : std::string{}) +
+                   ")";
         if (c.tag_errors + c.align_errors != 0) {  // a bad block counts, counted round or not
           out.drain.tag_errors += c.tag_errors;
           out.drain.align_errors += c.align_errors;
         }
-        break;
+        return c;
       }
       spent_ms += ms;
       out.round_ms.push_back(ms);
       out.rounds.push_back(c);
     }
-    out.live = survey(spec, n);
+    return round_counters{};
+  }
+
+  /// Checks and frees every full slot's block (untimed), within drain_budget_ns; returns what the
+  /// drain counted (abandoned: the blocks left past the deadline).
+  template <class Allocator>
+  round_counters drain(Allocator const& a, row_spec const& spec, std::size_t n) {
     DEVMR_CUDA_TRY(cudaMemset(counters_ + rounds_, 0, sizeof(round_counters)));
-    arm_deadline(malloc_drain_budget_ns);
-    drain_kernel<<<resident_grid(drain_kernel<cuda_malloc_allocator>, n), block_threads>>>(
+    arm_deadline(drain_budget_ns);
+    drain_kernel<<<resident_grid(drain_kernel<Allocator>, n), block_threads>>>(
         a, arrays(n), spec.size_arg, seed_key_, counters_ + rounds_);
     DEVMR_CUDA_TRY(cudaGetLastError());
-    round_counters const d = read_counter(rounds_);
+    return read_counter(rounds_);
+  }
+
+  void run_malloc(row_spec const& spec, std::size_t n, run_result& out) {
+    clear(n);
+    DEVMR_CUDA_TRY(cudaDeviceSynchronize());
+    cuda_malloc_allocator const a{deadline_ns_};
+    out.ran = true;
+    run_rounds(a, spec, n, malloc_row_budget_ms, out);
+    out.live = survey(spec, n);
+    round_counters const d = drain(a, spec, n);
     out.drain.frees += d.frees;
     out.drain.tag_errors += d.tag_errors;
     out.drain.abandoned += d.abandoned;
@@ -840,19 +883,22 @@ void print_line(row_result const& row, run_result const& run, bool is_devmr) {
   std::string ratio_verdict = "-";
   std::string notes = run.note;
   if (is_devmr) {
-    no_fail = failed == 0 ? "PASS" : "FAIL";
+    if (!run.rounds.empty()) {  // a row the budget stopped in its first round has no verdict
+      no_fail = failed == 0 ? "PASS" : "FAIL";
+    }
     if (row.threads >= gops_target_threads && gops) {
       rate = *gops >= gops_target ? "PASS" : "MISS";
     }
     if (row.malloc.ran && !row.malloc.rounds.empty()) {
-      std::size_t const k = row.malloc.rounds.size();
+      // Over the first rounds that both ran (either may have been stopped by its budget).
+      std::size_t const k = std::min(row.malloc.rounds.size(), run.rounds.size());
       std::optional<double> const mine = run.gops(k);
       std::optional<double> const theirs = row.malloc.gops(k);
       if (mine && theirs && *theirs > 0.0) {
         double const ratio = *mine / *theirs;
         versus = fixed(ratio, 1);
         ratio_verdict = ratio >= malloc_ratio_target ? "PASS" : "MISS";
-        if (k < run.rounds.size()) {
+        if (k < run.rounds.size() || k < row.malloc.rounds.size()) {
           notes += (notes.empty() ? "" : "; ") + std::string{"devmr/malloc over the first "} +
                    std::to_string(k) + " rounds";
         }
@@ -936,9 +982,12 @@ int run(options const& opts) {
   std::printf("device 0: %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", prop.name,
               prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / static_cast<double>(gib), driver, runtime);
-  std::printf("flags:%s; %u rounds per row, seed %llu; CUDA malloc heap limit %.1f MiB\n",
-              opts.flags.c_str(), rounds, static_cast<unsigned long long>(opts.seed),
-              static_cast<double>(malloc_limit) / static_cast<double>(mib));
+  std::printf(
+      "flags:%s; %u rounds per row, seed %llu; devmr budget %s per row; CUDA malloc heap limit "
+      "%.1f MiB\n",
+      opts.flags.c_str(), rounds, static_cast<unsigned long long>(opts.seed),
+      seconds_label(opts.devmr_budget_ms).c_str(),
+      static_cast<double>(malloc_limit) / static_cast<double>(mib));
   std::fflush(stdout);
 
   std::vector<row_result> results;
@@ -963,10 +1012,12 @@ int run(options const& opts) {
         "has no such field).\n");
     std::printf(
         "targets (devmr): no failed allocation; >= %.0f G ops/s with >= 2^20 threads; >= %.0fx "
-        "CUDA malloc's ops/s over the rounds malloc ran (512 MiB rows, capped at %.0f s of kernel "
-        "time per row and %.0f s in all).\n",
+        "CUDA malloc's ops/s over the rounds both ran (512 MiB rows, malloc capped at %.0f s of "
+        "kernel time per row and %.0f s in all). devmr rows are capped at %s of kernel time "
+        "each; a row the cap stopped says after how many rounds, and its numbers cover those "
+        "rounds only.\n",
         gops_target, malloc_ratio_target, malloc_row_budget_ms / 1000.0,
-        malloc_total_budget_ms / 1000.0);
+        malloc_total_budget_ms / 1000.0, seconds_label(opts.devmr_budget_ms).c_str());
     for (std::string const& w : bench.warnings()) {
       std::printf("%s\n", w.c_str());
     }
@@ -1004,6 +1055,17 @@ int main(int argc, char** argv) {
         usage(argv[0], 64);
       }
       opts.flags += std::string{" --seed "} + argv[a];
+    } else if (arg == "--devmr-budget" && has_value) {
+      char* end = nullptr;
+      double const seconds = std::strtod(argv[++a], &end);
+      if (end == argv[a] || *end != '\0' || !(seconds > 0.0) || seconds > max_devmr_budget_s) {
+        std::fprintf(stderr,
+                     "steady_bench: bad devmr budget '%s' (seconds, above 0, at most %.0f)\n",
+                     argv[a], max_devmr_budget_s);
+        usage(argv[0], 64);
+      }
+      opts.devmr_budget_ms = seconds * 1000.0;
+      opts.flags += std::string{" --devmr-budget "} + argv[a];
     } else if (arg == "--row" && has_value) {
       auto const row = parse_row(argv[++a]);
       if (!row) {

@@ -1,4 +1,4 @@
-// Fill (DESIGN.md, "Performance contract"): how much of a fresh heap its blocks can use.
+// Fill (docs/design.md, "Performance contract"): how much of a fresh heap its blocks can use.
 //
 //   For each size (16, 64, 256, 1024, 4096 B and mixed: 16 << (fmix32(g) % 9) bytes for the g-th
 //   allocation of the fill), a fresh 256 MiB heap is filled in rounds of one kernel of 2^18

@@ -1,6 +1,6 @@
 // Device-side allocate/free throughput of devmr's slab_ref against CUDA's device malloc/free and
 // against the bump-pointer floor (a warp-aggregated atomic bump pointer that never frees), in one
-// run, with the protocol of DESIGN.md "Performance contract" (bench/README.md spells it out):
+// run, with the protocol of docs/design.md, "Performance contract" (bench/README.md spells it out):
 //
 //   threads 2^16, 2^20, 2^22 in 256-thread blocks; sizes 16, 64, 256, 1024, 4096 B and mixed
 //   (16 << (fmix32(i) % 9)); per row: an allocation kernel (each thread allocates once and writes a
@@ -74,7 +74,7 @@ constexpr unsigned long long malloc_kernel_budget_ns = 5'000'000'000ull;
 /// CUDA malloc rows stop altogether once their timed kernels have used this much in total.
 constexpr float malloc_total_budget_ms = 90'000.0f;
 
-/// Targets of DESIGN.md: devmr's throughput over the floor's.
+/// Targets of docs/design.md, "Performance contract": devmr's throughput over the floor's.
 constexpr double alloc_target = 0.7;
 constexpr double free_target = 0.5;
 constexpr double churn_target = 0.33;

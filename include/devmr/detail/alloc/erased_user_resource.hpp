@@ -1,0 +1,121 @@
+#pragma once
+
+// How device_resource_ref reaches a user's resource type that devmr does not know: a pair of
+// thunks per type, compiled for both sides, whose host addresses the host takes directly and
+// whose device addresses device code takes directly. A ref made on the host reads the device
+// addresses from a __device__ table of the type (cudaMemcpyFromSymbol, once per type and device).
+
+#include <devmr/detail/alloc/exec_check.hpp>
+#include <devmr/detail/config.hpp>
+#include <devmr/errors.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+namespace devmr::detail::alloc {
+
+using allocate_fn = void* (*)(void const* object, std::size_t bytes, std::size_t alignment);
+using deallocate_fn = void (*)(void const* object,
+                               void const* p,
+                               std::size_t bytes,
+                               std::size_t alignment);
+
+/// The two entry points of one side (host or device) for one resource type.
+struct thunk_pair {
+  allocate_fn allocate = nullptr;
+  deallocate_fn deallocate = nullptr;
+};
+
+/// Bytes of a resource that a ref keeps inline instead of pointing at it.
+inline constexpr std::size_t inline_object_bytes = 16;
+
+/// A resource kept inline: a trivially copyable value of a few words whose allocate and
+/// deallocate are const (a ref-like type, such as a user's own ref into device memory). A copy
+/// behaves as the original, so the ref needs no pointer to memory the device can read.
+template <class Resource>
+concept inline_resource = std::is_trivially_copyable_v<Resource> &&
+                              sizeof(Resource) <= inline_object_bytes
+                          && alignof(Resource) <= alignof(std::max_align_t) &&
+                          alignof(Resource) <= 8 &&
+                          requires(Resource const& r, void const* p, std::size_t n) {
+  { r.allocate(n, n) } -> std::convertible_to<void*>;
+  r.deallocate(p, n, n);
+};
+
+/// Where the thunks find the resource: in the ref's own bytes, or behind the pointer they hold.
+template <class Resource>
+DEVMR_HOST_DEVICE Resource& object_of(void const* storage) {
+  if constexpr (inline_resource<std::remove_const_t<Resource>>) {
+    // The ref's bytes hold a copy; the thunks only call const members of it.
+    return *static_cast<Resource*>(const_cast<void*>(storage));
+  } else {
+    Resource* object = nullptr;
+    std::memcpy(&object, storage, sizeof(object));
+    return *object;
+  }
+}
+
+DEVMR_EXEC_CHECK_DISABLE
+template <class Resource>
+DEVMR_HOST_DEVICE void* allocate_thunk(void const* storage,
+                                       std::size_t bytes,
+                                       std::size_t alignment) {
+  return object_of<Resource>(storage).allocate(bytes, alignment);
+}
+
+DEVMR_EXEC_CHECK_DISABLE
+template <class Resource>
+DEVMR_HOST_DEVICE void deallocate_thunk(void const* storage,
+                                        void const* p,
+                                        std::size_t bytes,
+                                        std::size_t alignment) {
+  object_of<Resource>(storage).deallocate(const_cast<void*>(p), bytes, alignment);
+}
+
+/// The thunks of the side this code is compiled for.
+template <class Resource>
+DEVMR_HOST_DEVICE thunk_pair this_side_thunks() {
+  return {&allocate_thunk<Resource>, &deallocate_thunk<Resource>};
+}
+
+#if defined(__CUDACC__)
+/// The device addresses of a type's thunks, for host code to read.
+template <class Resource>
+__device__ thunk_pair device_thunks{&allocate_thunk<Resource>, &deallocate_thunk<Resource>};
+#endif
+
+/// Most devices a process caches thunk addresses for.
+inline constexpr int max_cached_devices = 64;
+
+/// The device addresses of a type's thunks on the current device. Host code only. They are
+/// addresses in the module of the translation unit that calls this: kernels of that module
+/// (or of any module, when the program is linked with relocatable device code) may call them.
+/// @throw devmr::cuda_error when the table cannot be read
+template <class Resource>
+thunk_pair device_thunks_on_current_device() {
+#if defined(__CUDACC__)
+  static std::mutex mutex;
+  static std::array<thunk_pair, max_cached_devices> cache{};
+  int device = 0;
+  DEVMR_CUDA_TRY(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock{mutex};
+  if (device >= 0 && device < max_cached_devices && cache[device].allocate != nullptr) {
+    return cache[device];
+  }
+  thunk_pair fns{};
+  DEVMR_CUDA_TRY(cudaMemcpyFromSymbol(&fns, device_thunks<Resource>, sizeof(fns)));
+  if (device >= 0 && device < max_cached_devices) {
+    cache[device] = fns;
+  }
+  return fns;
+#else
+  return {};  // a host compiler has no device code to point at
+#endif
+}
+
+}  // namespace devmr::detail::alloc

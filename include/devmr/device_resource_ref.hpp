@@ -71,11 +71,31 @@ concept erasable_user_resource =
 /// What a device_resource_ref refers to.
 enum class erased_target : std::uint32_t {
   none,          ///< nothing: a default-constructed ref
-  device_slab,   ///< a slab_ref<memory_kind::device>, held by value
-  managed_slab,  ///< a slab_ref<memory_kind::managed>, held by value
-  pinned_slab,   ///< a slab_ref<memory_kind::pinned>, held by value
   user,          ///< a user's resource, through its thunks
+  device_slab,   ///< a slab_ref<memory_kind::device>, held by value
+  managed_slab,  ///< a slab_ref<memory_kind::managed>, held as its device path (see slab_path)
+  pinned_slab,   ///< a slab_ref<memory_kind::pinned>, the same
 };
+
+/// True for the targets held as a slab_ref.
+DEVMR_HOST_DEVICE constexpr bool is_slab(erased_target t) noexcept {
+  return t >= erased_target::device_slab;
+}
+
+/// The calls of a slab_ref of any kind, as a slab_ref<memory_kind::device>: the same class
+/// template, whose allocate, deallocate and owns do not depend on the kind (the kind says where
+/// the pool's memory lives, which only the properties reflect). Holding every kind as one type
+/// gives a kernel one inlined copy of slab_ref's fast path instead of one per kind: with three,
+/// a kernel that allocates and frees once needs a third more registers than slab_ref alone
+/// (ptxas, sm_90); with one, no more. The GPU tests call refs of every kind in kernels.
+template <memory_kind Kind>
+DEVMR_HOST_DEVICE slab_ref<memory_kind::device> slab_path(slab_ref<Kind> const& ref) noexcept {
+  static_assert(sizeof(slab_ref<Kind>) == sizeof(slab_ref<memory_kind::device>) &&
+                std::is_trivially_copyable_v<slab_ref<Kind>>);
+  slab_ref<memory_kind::device> path;
+  std::memcpy(static_cast<void*>(&path), &ref, sizeof(path));
+  return path;
+}
 
 /// A user's resource: both sides' thunks and the object (inline, or a pointer to it).
 struct erased_user {
@@ -87,9 +107,7 @@ struct erased_user {
 /// One of the targets, as the tag says. Every member is trivially copyable, and so the ref is.
 union erased_storage {
   DEVMR_HOST_DEVICE erased_storage() noexcept : user{} {}
-  slab_ref<memory_kind::device> device_slab;
-  slab_ref<memory_kind::managed> managed_slab;
-  slab_ref<memory_kind::pinned> pinned_slab;
+  slab_ref<memory_kind::device> slab;  ///< every kind, as slab_path holds it
   erased_user user;
 };
 }  // namespace detail::alloc
@@ -106,16 +124,16 @@ union erased_storage {
  *
  * How it dispatches, and why: device code can call neither host function pointers nor virtual
  * functions of objects made on the host, so the ref carries a small tag. For the resources devmr
- * knows (slab_ref of each kind) it holds the slab_ref itself, by value, and a call is a switch on
- * the tag whose arms are slab_ref's own inline fast path: no indirect call, nothing the compiler
- * cannot inline, and only a uniform branch on a kernel parameter on top of slab_ref (kinds that
- * cannot have the ref's properties get no arm). Any other type goes through a pair of thunks
- * made for it: the host's address for host calls, and a `__device__` address for device calls,
- * which the ref takes directly when it is made in device code and reads once per type and device
- * from a `__device__` table (`cudaMemcpyFromSymbol`) when it is made on the host. Those device
- * addresses belong to the module of the translation unit that made the ref: without relocatable
- * device code, launch the kernels that call such a ref from that translation unit (refs to
- * slab heaps have no such limit).
+ * knows (slab_ref of each kind) it holds the slab_ref itself, by value, and a call tests the tag
+ * and runs slab_ref's own inline fast path: no indirect call, nothing the compiler cannot inline,
+ * one uniform branch on a kernel parameter on top of slab_ref, and no more registers. Every kind is
+ * held as the device kind's slab_ref, whose calls are the same, so that a kernel holds one copy of
+ * the fast path, not one per kind. Any other type goes through a pair of thunks made for it: the
+ * host's address for host calls, and a `__device__` address for device calls, which the ref takes
+ * directly when it is made in device code and reads once per type and device from a `__device__`
+ * table (`cudaMemcpyFromSymbol`) when it is made on the host. Those device addresses belong to the
+ * module of the translation unit that made the ref: without relocatable device code, launch the
+ * kernels that call such a ref from that translation unit (refs to slab heaps have no such limit).
  *
  * A user's type that is trivially copyable, at most 16 bytes and whose allocate/deallocate are
  * const (a ref-like type) is copied into the ref; any other is pointed at, so it must live in
@@ -151,15 +169,7 @@ class device_resource_ref {
    */
   template <memory_kind Kind>
   requires admits<slab_ref<Kind>> DEVMR_HOST_DEVICE device_resource_ref(slab_ref<Kind> ref)
-  noexcept : target_{target_of<Kind>()} {
-    if constexpr (Kind == memory_kind::device) {
-      held_.device_slab = ref;
-    } else if constexpr (Kind == memory_kind::managed) {
-      held_.managed_slab = ref;
-    } else {
-      held_.pinned_slab = ref;
-    }
-  }
+  noexcept : target_{target_of<Kind>()} { held_.slab = detail::alloc::slab_path(ref); }
 
   /**
    * @brief Refers to a user's resource (see the class comment: kept inline when it is a small
@@ -202,23 +212,10 @@ class device_resource_ref {
    */
   DEVMR_HOST_DEVICE void* allocate(std::size_t bytes,
                                    std::size_t alignment = default_alignment) const {
-    using detail::alloc::erased_target;
-    if constexpr (admits<slab_ref<memory_kind::device>>) {
-      if (target_ == erased_target::device_slab) {
-        return held_.device_slab.allocate(bytes, alignment);
-      }
+    if (detail::alloc::is_slab(target_)) {
+      return held_.slab.allocate(bytes, alignment);
     }
-    if constexpr (admits<slab_ref<memory_kind::managed>>) {
-      if (target_ == erased_target::managed_slab) {
-        return held_.managed_slab.allocate(bytes, alignment);
-      }
-    }
-    if constexpr (admits<slab_ref<memory_kind::pinned>>) {
-      if (target_ == erased_target::pinned_slab) {
-        return held_.pinned_slab.allocate(bytes, alignment);
-      }
-    }
-    if (target_ == erased_target::user) {
+    if (target_ == detail::alloc::erased_target::user) {
       return this_side().allocate(held_.user.object, bytes, alignment);
     }
     return refer_to_nothing();
@@ -228,26 +225,9 @@ class device_resource_ref {
   DEVMR_HOST_DEVICE void deallocate(void const* p,
                                     std::size_t bytes,
                                     std::size_t alignment = default_alignment) const {
-    using detail::alloc::erased_target;
-    if constexpr (admits<slab_ref<memory_kind::device>>) {
-      if (target_ == erased_target::device_slab) {
-        held_.device_slab.deallocate(p, bytes, alignment);
-        return;
-      }
-    }
-    if constexpr (admits<slab_ref<memory_kind::managed>>) {
-      if (target_ == erased_target::managed_slab) {
-        held_.managed_slab.deallocate(p, bytes, alignment);
-        return;
-      }
-    }
-    if constexpr (admits<slab_ref<memory_kind::pinned>>) {
-      if (target_ == erased_target::pinned_slab) {
-        held_.pinned_slab.deallocate(p, bytes, alignment);
-        return;
-      }
-    }
-    if (target_ == erased_target::user) {
+    if (detail::alloc::is_slab(target_)) {
+      held_.slab.deallocate(p, bytes, alignment);
+    } else if (target_ == detail::alloc::erased_target::user) {
       this_side().deallocate(held_.user.object, p, bytes, alignment);
     }
   }
@@ -291,22 +271,16 @@ class device_resource_ref {
     if (a.target_ != b.target_) {
       return false;
     }
-    switch (a.target_) {
-      case erased_target::device_slab:
-        return a.held_.device_slab == b.held_.device_slab;
-      case erased_target::managed_slab:
-        return a.held_.managed_slab == b.held_.managed_slab;
-      case erased_target::pinned_slab:
-        return a.held_.pinned_slab == b.held_.pinned_slab;
-      case erased_target::user:
-        // One side's thunks name the type; the object's bytes (or its address) the instance.
-        return (a.held_.user.host.allocate == b.held_.user.host.allocate &&
-                a.held_.user.device.allocate == b.held_.user.device.allocate) &&
-               same_bytes(a.held_.user.object, b.held_.user.object);
-      case erased_target::none:
-        return true;
+    if (detail::alloc::is_slab(a.target_)) {
+      return a.held_.slab == b.held_.slab;
     }
-    return false;
+    if (a.target_ == erased_target::user) {
+      // The thunks name the type; the object's bytes (a copy, or its address) the instance.
+      return a.held_.user.host.allocate == b.held_.user.host.allocate &&
+             a.held_.user.device.allocate == b.held_.user.device.allocate &&
+             same_bytes(a.held_.user.object, b.held_.user.object);
+    }
+    return true;  // both refer to nothing
   }
   DEVMR_HOST_DEVICE friend bool operator!=(device_resource_ref const& a,
                                            device_resource_ref const& b) noexcept {

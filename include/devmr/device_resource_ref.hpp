@@ -101,7 +101,7 @@ DEVMR_HOST_DEVICE slab_ref<memory_kind::device> slab_path(slab_ref<Kind> const& 
 struct erased_user {
   thunk_pair host;
   thunk_pair device;
-  alignas(8) std::byte object[inline_object_bytes];
+  object_bytes object;
 };
 
 /// One of the targets, as the tag says. Every member is trivially copyable, and so the ref is.
@@ -183,10 +183,10 @@ class device_resource_ref {
       : target_{detail::alloc::erased_target::user} {
     auto& user = held_.user;
     if constexpr (detail::alloc::inline_resource<std::remove_const_t<Resource>>) {
-      std::memcpy(user.object, &resource, sizeof(Resource));
+      std::memcpy(user.object.bytes, static_cast<void const*>(&resource), sizeof(Resource));
     } else {
       Resource* object = &resource;
-      std::memcpy(user.object, &object, sizeof(object));
+      std::memcpy(user.object.bytes, &object, sizeof(object));
     }
 #if DEVMR_IS_DEVICE_CODE
     user.device = detail::alloc::this_side_thunks<Resource>();
@@ -251,7 +251,7 @@ class device_resource_ref {
   __device__ void* allocate(Group const& g,
                             std::size_t bytes,
                             std::size_t alignment = default_alignment) const {
-    return detail::alloc::group_allocate(g, *this, bytes, alignment);
+    return detail::alloc::leader_allocate(g, *this, bytes, alignment);
   }
   /// @brief Frees a block allocated for group `g`, once all members are past their last use.
   template <thread_group Group>
@@ -259,7 +259,7 @@ class device_resource_ref {
                              void const* p,
                              std::size_t bytes,
                              std::size_t alignment = default_alignment) const {
-    detail::alloc::group_deallocate(g, *this, p, bytes, alignment);
+    detail::alloc::leader_deallocate(g, *this, p, bytes, alignment);
   }
 #endif
 
@@ -278,7 +278,7 @@ class device_resource_ref {
       // The thunks name the type; the object's bytes (a copy, or its address) the instance.
       return a.held_.user.host.allocate == b.held_.user.host.allocate &&
              a.held_.user.device.allocate == b.held_.user.device.allocate &&
-             same_bytes(a.held_.user.object, b.held_.user.object);
+             same_bytes(a.held_.user.object.bytes, b.held_.user.object.bytes);
     }
     return true;  // both refer to nothing
   }

@@ -120,11 +120,12 @@ __global__ void scratch_storm(Ref ref,
   if (work) {
     work[0] = i;
     work[work.size() - 1] = ~i;
-    __syncthreads();  // everybody holds their block at once
+  }
+  __syncthreads();  // every thread of the block holds its block at once
+  if (work) {
     bool const intact = work[0] == i && work[work.size() - 1] == ~i;
     atomicAdd(served, intact ? 1ull : 0ull);
   } else {
-    __syncthreads();
     atomicAdd(refused, 1ull);
   }
 }
@@ -421,10 +422,10 @@ TEST_CASE("host containers over pools and managed heaps; kernels read their data
   SECTION("polymorphic_allocator: one vector type over a pool, a heap and a pinned pool") {
     using alloc = devmr::polymorphic_allocator<int, device_accessible, host_accessible>;
     devmr::pinned_pool pinned{};
-    std::vector<std::vector<int, alloc>> vectors;
-    vectors.emplace_back(alloc{pool});
     // A cuda::mr reference points at the resource: here a slab_ref that outlives the vectors.
     auto heap_ref = heap.ref();
+    std::vector<std::vector<int, alloc>> vectors;
+    vectors.emplace_back(alloc{pool});
     vectors.emplace_back(alloc{heap_ref});
     vectors.emplace_back(alloc{pinned});
     for (auto& v : vectors) {

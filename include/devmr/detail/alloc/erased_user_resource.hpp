@@ -15,12 +15,23 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <type_traits>
 
 namespace devmr::detail::alloc {
 
-using allocate_fn = void* (*)(void const* object, std::size_t bytes, std::size_t alignment);
-using deallocate_fn = void (*)(void const* object,
+/// Bytes of a resource that a ref keeps inline instead of pointing at it.
+inline constexpr std::size_t inline_object_bytes = 16;
+
+/// A user's resource as a ref holds it: a copy of it, or its address. Passed to the thunks by
+/// value, so that a call takes no address of the ref (a kernel parameter, which taking an address
+/// of would copy to the stack).
+struct object_bytes {
+  alignas(8) std::byte bytes[inline_object_bytes];
+};
+
+using allocate_fn = void* (*)(object_bytes object, std::size_t bytes, std::size_t alignment);
+using deallocate_fn = void (*)(object_bytes object,
                                void const* p,
                                std::size_t bytes,
                                std::size_t alignment);
@@ -30,9 +41,6 @@ struct thunk_pair {
   allocate_fn allocate = nullptr;
   deallocate_fn deallocate = nullptr;
 };
-
-/// Bytes of a resource that a ref keeps inline instead of pointing at it.
-inline constexpr std::size_t inline_object_bytes = 16;
 
 /// A resource kept inline: a trivially copyable value of a few words whose allocate and
 /// deallocate are const (a ref-like type, such as a user's own ref into device memory). A copy
@@ -47,34 +55,38 @@ concept inline_resource = std::is_trivially_copyable_v<Resource> &&
   r.deallocate(p, n, n);
 };
 
-/// Where the thunks find the resource: in the ref's own bytes, or behind the pointer they hold.
-template <class Resource>
-DEVMR_HOST_DEVICE Resource& object_of(void const* storage) {
+/// Calls `f` with the resource that `object` holds: a copy of it, or the one it points at.
+template <class Resource, class F>
+DEVMR_HOST_DEVICE decltype(auto) with_object(object_bytes const& object, F&& f) {
   if constexpr (inline_resource<std::remove_const_t<Resource>>) {
-    // The ref's bytes hold a copy; the thunks only call const members of it.
-    return *static_cast<Resource*>(const_cast<void*>(storage));
+    // Trivially copyable: copying its bytes into storage makes a copy of the resource.
+    alignas(Resource) std::byte storage[sizeof(Resource)];
+    std::memcpy(storage, object.bytes, sizeof(Resource));
+    return f(*std::launder(reinterpret_cast<Resource const*>(storage)));
   } else {
-    Resource* object = nullptr;
-    std::memcpy(&object, storage, sizeof(object));
-    return *object;
+    Resource* pointer = nullptr;
+    std::memcpy(static_cast<void*>(&pointer), object.bytes, sizeof(pointer));
+    return f(*pointer);
   }
 }
 
 DEVMR_EXEC_CHECK_DISABLE
 template <class Resource>
-DEVMR_HOST_DEVICE void* allocate_thunk(void const* storage,
+DEVMR_HOST_DEVICE void* allocate_thunk(object_bytes object,
                                        std::size_t bytes,
                                        std::size_t alignment) {
-  return object_of<Resource>(storage).allocate(bytes, alignment);
+  return with_object<Resource>(object,
+                               [&](auto& r) -> void* { return r.allocate(bytes, alignment); });
 }
 
 DEVMR_EXEC_CHECK_DISABLE
 template <class Resource>
-DEVMR_HOST_DEVICE void deallocate_thunk(void const* storage,
+DEVMR_HOST_DEVICE void deallocate_thunk(object_bytes object,
                                         void const* p,
                                         std::size_t bytes,
                                         std::size_t alignment) {
-  object_of<Resource>(storage).deallocate(const_cast<void*>(p), bytes, alignment);
+  with_object<Resource>(object,
+                        [&](auto& r) { r.deallocate(const_cast<void*>(p), bytes, alignment); });
 }
 
 /// The thunks of the side this code is compiled for.

@@ -33,6 +33,31 @@ __device__ void* share_pointer(Group const& g, void* value) {
   }
 }
 
+/// One block for group `g` from the single-thread allocate of `ref`: the first thread allocates,
+/// every member gets its pointer. All members call it.
+template <thread_group Group, class Ref>
+__device__ void* leader_allocate(Group const& g,
+                                 Ref const& ref,
+                                 std::size_t bytes,
+                                 std::size_t alignment) {
+  void* p = nullptr;
+  if (g.thread_rank() == 0) {
+    p = ref.allocate(bytes, alignment);
+  }
+  return share_pointer(g, p);
+}
+
+/// Frees a block of group `g` through the single-thread deallocate of `ref`, once every member
+/// is past its last use. All members call it.
+template <thread_group Group, class Ref>
+__device__ void leader_deallocate(
+    Group const& g, Ref const& ref, void const* p, std::size_t bytes, std::size_t alignment) {
+  g.sync();
+  if (g.thread_rank() == 0) {
+    ref.deallocate(p, bytes, alignment);
+  }
+}
+
 /// One block of `bytes` for group `g`, the same pointer to every member; all members call it.
 template <thread_group Group, class Ref>
 __device__ void* group_allocate(Group const& g,
@@ -42,11 +67,7 @@ __device__ void* group_allocate(Group const& g,
   if constexpr (requires { ref.allocate(g, bytes, alignment); }) {
     return ref.allocate(g, bytes, alignment);
   } else {
-    void* p = nullptr;
-    if (g.thread_rank() == 0) {
-      p = ref.allocate(bytes, alignment);
-    }
-    return share_pointer(g, p);
+    return leader_allocate(g, ref, bytes, alignment);
   }
 }
 
@@ -57,10 +78,7 @@ __device__ void group_deallocate(
   if constexpr (requires { ref.deallocate(g, p, bytes, alignment); }) {
     ref.deallocate(g, p, bytes, alignment);
   } else {
-    g.sync();
-    if (g.thread_rank() == 0) {
-      ref.deallocate(p, bytes, alignment);
-    }
+    leader_deallocate(g, ref, p, bytes, alignment);
   }
 }
 

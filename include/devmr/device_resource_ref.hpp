@@ -126,14 +126,16 @@ union erased_storage {
  * functions of objects made on the host, so the ref carries a small tag. For the resources devmr
  * knows (slab_ref of each kind) it holds the slab_ref itself, by value, and a call tests the tag
  * and runs slab_ref's own inline fast path: no indirect call, nothing the compiler cannot inline,
- * one uniform branch on a kernel parameter on top of slab_ref, and no more registers. Every kind is
- * held as the device kind's slab_ref, whose calls are the same, so that a kernel holds one copy of
- * the fast path, not one per kind. Any other type goes through a pair of thunks made for it: the
- * host's address for host calls, and a `__device__` address for device calls, which the ref takes
- * directly when it is made in device code and reads once per type and device from a `__device__`
- * table (`cudaMemcpyFromSymbol`) when it is made on the host. Those device addresses belong to the
- * module of the translation unit that made the ref: without relocatable device code, launch the
- * kernels that call such a ref from that translation unit (refs to slab heaps have no such limit).
+ * one uniform branch on a kernel parameter on top of slab_ref, and a register or two more. Every
+ * kind is held as the device kind's slab_ref, whose calls are the same, so that a kernel holds one
+ * copy of the fast path, not one per kind. Any other type goes through a pair of thunks made for
+ * it: the host's address for host calls, and a `__device__` address for device calls, which the ref
+ * takes from the type's `__device__` table when it is made in device code, and reads from that
+ * table once per type and device (`cudaMemcpyFromSymbol`) when it is made on the host. Without
+ * relocatable device code each translation unit is a module of its own, and the host reads the
+ * table of one of the modules that name the type: keep the kernels that call host-made refs to a
+ * user's type in one translation unit per type, or link with relocatable device code (refs to
+ * slab heaps have no such limit).
  *
  * A user's type that is trivially copyable, at most 16 bytes and whose allocate/deallocate are
  * const (a ref-like type) is copied into the ref; any other is pointed at, so it must live in
@@ -189,8 +191,10 @@ class device_resource_ref {
       std::memcpy(user.object.bytes, &object, sizeof(object));
     }
 #if DEVMR_IS_DEVICE_CODE
-    user.device = detail::alloc::this_side_thunks<Resource>();
-    user.host = {};  // device code knows no host address; such a ref is for device code only
+    // Read from the type's __device__ table: naming it here, in code that device compilation
+    // sees, is what makes nvcc emit the table that a ref made on the host reads.
+    user.device = detail::alloc::device_thunks<Resource>;
+    user.host = {};  // device code knows no host address: a ref made here is for device code only
 #else
     user.host = detail::alloc::this_side_thunks<Resource>();
     user.device = detail::alloc::device_thunks_on_current_device<Resource>();

@@ -2,8 +2,8 @@
 
 // How device_resource_ref reaches a user's resource type that devmr does not know: a pair of
 // thunks per type, compiled for both sides, whose host addresses the host takes directly and
-// whose device addresses device code takes directly. A ref made on the host reads the device
-// addresses from a __device__ table of the type (cudaMemcpyFromSymbol, once per type and device).
+// whose device addresses a __device__ table of the type holds. Device code reads the table; a ref
+// made on the host copies it (cudaMemcpyFromSymbol), once per type and device.
 
 #include <devmr/detail/alloc/exec_check.hpp>
 #include <devmr/detail/config.hpp>
@@ -96,7 +96,9 @@ DEVMR_HOST_DEVICE thunk_pair this_side_thunks() {
 }
 
 #if defined(__CUDACC__)
-/// The device addresses of a type's thunks, for host code to read.
+/// The device addresses of a type's thunks. nvcc emits it where device code names it (the
+/// constructor of device_resource_ref does, in every translation unit that makes a ref of the
+/// type), and host code reads it from there.
 template <class Resource>
 __device__ thunk_pair device_thunks{&allocate_thunk<Resource>, &deallocate_thunk<Resource>};
 #endif
@@ -104,10 +106,10 @@ __device__ thunk_pair device_thunks{&allocate_thunk<Resource>, &deallocate_thunk
 /// Most devices a process caches thunk addresses for.
 inline constexpr int max_cached_devices = 64;
 
-/// The device addresses of a type's thunks on the current device. Host code only. They are
-/// addresses in the module of the translation unit that calls this: kernels of that module
-/// (or of any module, when the program is linked with relocatable device code) may call them.
-/// @throw devmr::cuda_error when the table cannot be read
+/// The device addresses of a type's thunks on the current device. Host code only. Without
+/// relocatable device code they are addresses in one module that names the type (the one whose
+/// table the runtime registered for the symbol): kernels of that module may call them.
+/// @throw devmr::cuda_error when the addresses cannot be read
 template <class Resource>
 thunk_pair device_thunks_on_current_device() {
 #if defined(__CUDACC__)

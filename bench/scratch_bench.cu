@@ -161,7 +161,7 @@ __global__ void scratch_kernel(Strategy strategy, run_counters* c) {
 }
 
 /// Every thread allocates its scratch size and keeps it (the footprint of every buffer live).
-__global__ void hold_kernel(devmr::slab_ref<> heap, void** ptrs, run_counters* c) {
+__global__ void keep_kernel(devmr::slab_ref<> heap, void** ptrs, run_counters* c) {
   unsigned const i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < threads) {
     void* const p = heap.allocate(scratch_bytes(i), 16);
@@ -363,7 +363,7 @@ class scratch_bench {
     // Footprint: every buffer live at once.
     reset_heap();
     zero_counters();
-    hold_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, counters_);
+    keep_kernel<<<grid, block_threads>>>(heap_.ref(), ptrs_, counters_);
     DEVMR_CUDA_TRY(cudaGetLastError());
     devmr::heap_stats const live = heap_.stats();
     run_counters const hold_c = read_counters();

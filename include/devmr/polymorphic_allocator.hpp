@@ -1,6 +1,7 @@
 #pragma once
 
 #include <devmr/detail/alloc/cccl_refs.hpp>
+#include <devmr/detail/cccl_concepts.hpp>
 #include <devmr/detail/config.hpp>
 
 #include <cuda/memory_resource>
@@ -59,9 +60,12 @@ class polymorphic_allocator {
   /// @brief Allocates through the synchronous calls of a stream-ordered reference.
   polymorphic_allocator(detail::alloc::stream_ordered_ref<Properties...> ref) noexcept
       : ref_{ref} {}
-  /// @brief Allocates from `resource`, which must outlive the allocator.
+  /// @brief Allocates from `resource`, which must outlive the allocator. CCCL >= 3.1 makes its
+  /// references only from copyable resources: there, wrap a pool in a devmr::shared_resource.
   template <class Resource>
   requires(!std::is_same_v<std::remove_cvref_t<Resource>, polymorphic_allocator> &&
+           detail::synchronous_resource_with<Resource, Properties...> &&
+           detail::alloc::referable<Resource> &&
            std::is_constructible_v<resource_ref_type, Resource&>)
       polymorphic_allocator(Resource& resource)
   noexcept : ref_{resource} {}

@@ -8,6 +8,7 @@
 #include <cuda/memory_resource>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace devmr::detail::alloc {
 
@@ -18,6 +19,13 @@ using synchronous_ref = cuda::mr::synchronous_resource_ref<Properties...>;
 /// A reference to a resource with stream-ordered allocation too.
 template <class... Properties>
 using stream_ordered_ref = cuda::mr::resource_ref<Properties...>;
+
+/// A resource that a reference can be made from. CCCL >= 3.1 builds its references on
+/// cuda::__basic_any, whose interface asks for a copyable resource, and asking whether a
+/// move-only one (a pool) converts fails to compile instead of answering false: this is checked
+/// first.
+template <class Resource>
+concept referable = std::is_copy_constructible_v<Resource>;
 
 template <class Ref>
 void* allocate_sync(Ref& ref, std::size_t bytes, std::size_t alignment) {
@@ -32,6 +40,10 @@ template <class... Properties>
 using synchronous_ref = cuda::mr::resource_ref<Properties...>;
 template <class... Properties>
 using stream_ordered_ref = cuda::mr::async_resource_ref<Properties...>;
+
+/// CCCL 3.0's references point at any resource, copyable or not.
+template <class Resource>
+concept referable = true;
 
 template <class Ref>
 void* allocate_sync(Ref& ref, std::size_t bytes, std::size_t alignment) {

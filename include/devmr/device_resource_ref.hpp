@@ -55,17 +55,20 @@ struct property_set {
   static constexpr bool includes = (contains_property<Properties, Others...> && ...);
 };
 
+/// A type with allocate(bytes, alignment) and deallocate(p, bytes, alignment).
+template <class Resource>
+concept allocating = requires(Resource& r, void* p, std::size_t n) {
+  { r.allocate(n, n) } -> std::convertible_to<void*>;
+  r.deallocate(p, n, n);
+};
+
 /// A user's resource that a device_resource_ref can point at: not a devmr type with a ref of
 /// its own, with allocate/deallocate, device accessible, and with every property asked for.
 template <class Resource, class... Properties>
 concept erasable_user_resource =
     !is_device_resource_ref<std::remove_cv_t<Resource>> &&
     !is_slab_ref<std::remove_cv_t<Resource>> && !is_devmr_owner<std::remove_cv_t<Resource>> &&
-    requires(Resource & r, void* p, std::size_t n) {
-  { r.allocate(n, n) } -> std::convertible_to<void*>;
-  r.deallocate(p, n, n);
-}
-&&cuda::has_property<Resource, cuda::mr::device_accessible> &&
+    allocating<Resource> && cuda::has_property<Resource, cuda::mr::device_accessible> &&
     (... && cuda::has_property<Resource, Properties>);
 
 /// What a device_resource_ref refers to.
@@ -172,6 +175,11 @@ class device_resource_ref {
   template <memory_kind Kind>
   requires admits<slab_ref<Kind>> DEVMR_HOST_DEVICE device_resource_ref(slab_ref<Kind> ref)
   noexcept : target_{target_of<Kind>()} { held_.slab = detail::alloc::slab_path(ref); }
+
+  /// @brief Refers to `heap`, through its ref (host code: the heap is a host object).
+  template <memory_kind Kind>
+  requires admits<slab_ref<Kind>> device_resource_ref(slab_heap<Kind> const& heap)
+  noexcept : device_resource_ref{heap.ref()} {}
 
   /**
    * @brief Refers to a user's resource (see the class comment: kept inline when it is a small

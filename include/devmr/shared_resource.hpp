@@ -29,6 +29,13 @@ decltype(auto) callable_resource(Owner& owner) {
   }
 }
 
+/// A resource with CCCL 3.0's stream-ordered calls (devmr's pools).
+template <class Resource>
+concept stream_ordered = requires(Resource& r, void const* p, std::size_t n, cuda::stream_ref s) {
+  r.allocate_async(n, n, s);
+  r.deallocate_async(p, n, n, s);
+};
+
 template <class Owner>
 using callable_resource_t =
     std::remove_cvref_t<decltype(callable_resource(std::declval<Owner&>()))>;
@@ -93,11 +100,11 @@ class shared_resource
 
   /// @brief Allocates from the resource (CCCL 3.0 spelling).
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-    return upstream().allocate(bytes, alignment);
+    return upstream_resource().allocate(bytes, alignment);
   }
   /// @brief Frees a block of the resource (CCCL 3.0 spelling).
   void deallocate(void const* p, std::size_t bytes, std::size_t alignment = default_alignment) {
-    upstream().deallocate(p, bytes, alignment);
+    upstream_resource().deallocate(p, bytes, alignment);
   }
   /// @brief CCCL >= 3.1 spelling of allocate.
   void* allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
@@ -112,24 +119,22 @@ class shared_resource
 
   /// @brief Stream-ordered allocation (CCCL 3.0 spelling), where the resource has it.
   template <class R = callable>
-  requires requires(R& r, cuda::stream_ref s) { r.allocate_async(std::size_t{}, std::size_t{}, s); }
+  requires detail::alloc::stream_ordered<R>
   void* allocate_async(std::size_t bytes, std::size_t alignment, cuda::stream_ref stream) {
-    return upstream().allocate_async(bytes, alignment, stream);
+    return upstream_resource().allocate_async(bytes, alignment, stream);
   }
   /// @brief Stream-ordered free (CCCL 3.0 spelling), where the resource has it.
   template <class R = callable>
-  requires requires(R& r, void const* p, cuda::stream_ref s) {
-    r.deallocate_async(p, std::size_t{}, std::size_t{}, s);
-  }
+  requires detail::alloc::stream_ordered<R>
   void deallocate_async(void const* p,
                         std::size_t bytes,
                         std::size_t alignment,
                         cuda::stream_ref stream) {
-    upstream().deallocate_async(p, bytes, alignment, stream);
+    upstream_resource().deallocate_async(p, bytes, alignment, stream);
   }
   /// @brief CCCL >= 3.1 spelling of allocate_async.
   template <class R = callable>
-  requires requires(R& r, cuda::stream_ref s) { r.allocate_async(std::size_t{}, std::size_t{}, s); }
+  requires detail::alloc::stream_ordered<R>
   void* allocate(cuda::stream_ref stream,
                  std::size_t bytes,
                  std::size_t alignment = default_alignment) {
@@ -137,9 +142,7 @@ class shared_resource
   }
   /// @brief CCCL >= 3.1 spelling of deallocate_async.
   template <class R = callable>
-  requires requires(R& r, void const* p, cuda::stream_ref s) {
-    r.deallocate_async(p, std::size_t{}, std::size_t{}, s);
-  }
+  requires detail::alloc::stream_ordered<R>
   void deallocate(cuda::stream_ref stream,
                   void const* p,
                   std::size_t bytes,
@@ -154,8 +157,6 @@ class shared_resource
   friend bool operator!=(shared_resource const& a, shared_resource const& b) { return !(a == b); }
 
  private:
-  decltype(auto) upstream() const { return detail::alloc::callable_resource(*resource_); }
-
   std::shared_ptr<Resource> resource_;
 };
 

@@ -356,8 +356,7 @@ TEST_CASE("device_resource_ref: every heap kind, a user's resource, made on eith
     devmr::slab_heap<memory_kind::pinned> pinned_heap{
         pinned, devmr::heap_options{.initial_bytes = 128 * mib}};
     managed_array<unsigned long long> pinned_sums{1u << 12};
-    scratch_sums<<<16, 256>>>(erased_host_device{pinned_heap.ref()}, 1u << 12,
-                              pinned_sums.data.get());
+    scratch_sums<<<16, 256>>>(erased_host_device{pinned_heap}, 1u << 12, pinned_sums.data.get());
     CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(wrong_sums(pinned_sums) == 0);
     CHECK(erased_device{erased_host_device{pinned_heap.ref()}} == erased_device{pinned_heap.ref()});

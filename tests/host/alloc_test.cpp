@@ -215,7 +215,10 @@ static_assert(std::is_constructible_v<erased_device, stateful_resource&>);
 static_assert(!std::is_constructible_v<erased_host_device, stateful_resource&>);
 static_assert(!std::is_constructible_v<erased_device, host_only_resource&>);
 static_assert(!std::is_constructible_v<erased_device, devmr::device_pool&>);
-static_assert(!std::is_constructible_v<erased_device, devmr::slab_heap<>&>);
+// A heap gives its ref; a pool serves no device code.
+static_assert(std::is_constructible_v<erased_device, devmr::slab_heap<>&>);
+static_assert(std::is_constructible_v<erased_host_device, devmr::managed_heap&>);
+static_assert(!std::is_constructible_v<erased_host_device, devmr::device_heap&>);
 // It converts to cuda::mr's host reference like any resource.
 static_assert(std::is_constructible_v<devmr::detail::alloc::synchronous_ref<device_accessible>,
                                       erased_device&>);

@@ -42,18 +42,24 @@ struct thunk_pair {
   deallocate_fn deallocate = nullptr;
 };
 
+/// A type whose allocate and deallocate are const members.
+template <class Resource>
+concept const_allocating = requires(Resource const& r, void* p, std::size_t n) {
+  { r.allocate(n, n) } -> std::convertible_to<void*>;
+  r.deallocate(p, n, n);
+};
+
+/// True when a copy of the resource fits in a ref's object bytes.
+template <class Resource>
+inline constexpr bool fits_inline = sizeof(Resource) <= inline_object_bytes &&
+                                    alignof(Resource) <= alignof(object_bytes);
+
 /// A resource kept inline: a trivially copyable value of a few words whose allocate and
 /// deallocate are const (a ref-like type, such as a user's own ref into device memory). A copy
 /// behaves as the original, so the ref needs no pointer to memory the device can read.
 template <class Resource>
-concept inline_resource = std::is_trivially_copyable_v<Resource> &&
-                              sizeof(Resource) <= inline_object_bytes
-                          && alignof(Resource) <= alignof(std::max_align_t) &&
-                          alignof(Resource) <= 8 &&
-                          requires(Resource const& r, void const* p, std::size_t n) {
-  { r.allocate(n, n) } -> std::convertible_to<void*>;
-  r.deallocate(p, n, n);
-};
+concept inline_resource =
+    std::is_trivially_copyable_v<Resource> && fits_inline<Resource> && const_allocating<Resource>;
 
 /// Calls `f` with the resource that `object` holds: a copy of it, or the one it points at.
 template <class Resource, class F>

@@ -464,7 +464,7 @@ float time_kernel(cudaEvent_t a, cudaEvent_t b) {
 }
 
 TEST_CASE("the reuse path's warp paths on a warm heap, beside the bump-pointer floor",
-          "[reuse][big]") {
+          "[reuse][big][timing]") {
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::uint32_t const n = 1u << 20;
@@ -525,7 +525,7 @@ TEST_CASE("the reuse path's warp paths on a warm heap, beside the bump-pointer f
 }
 
 TEST_CASE("the reuse path serves a steady churn at 80% of a 512 MiB heap without failing",
-          "[reuse][big]") {
+          "[reuse][big][timing]") {
   std::vector<int> rows{0, 2, 8, -1};                        // 16 B, 64 B, 4 KiB, mixed
   if (char const* only = std::getenv("DEVMR_ENGINE_ROW")) {  // one row, for a profiler
     rows = {std::atoi(only)};

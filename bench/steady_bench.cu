@@ -1,4 +1,4 @@
-// Steady churn (DESIGN.md, "Performance contract"): a heap in long-running use, where blocks live
+// Steady churn (docs/design.md, "Steady churn"): a heap in long-running use, where blocks live
 // for a few kernels and the live set stays near a fixed share of the heap.
 //
 //   One heap per row, rounds of one kernel. n logical threads with 4 slots each; a slot holds a
@@ -86,7 +86,7 @@ constexpr double max_devmr_budget_s = 1e6;
 /// Either allocator: the deadline of the untimed kernel that frees a row's blocks.
 constexpr unsigned long long drain_budget_ns = 30'000'000'000ull;
 
-/// Targets of DESIGN.md.
+/// Targets of docs/design.md ("Targets").
 constexpr double gops_target = 1.0;
 constexpr std::size_t gops_target_threads = std::size_t{1} << 20;
 constexpr double malloc_ratio_target = 300.0;
@@ -551,7 +551,7 @@ struct run_result {
 };
 
 /// Bytes the heap holds for its live blocks: the blocks in use and the free space of the slabs
-/// that hold them (DESIGN.md: "bytes held in partly used slabs"). heap_stats has no field for it,
+/// that hold them (docs/design.md: "bytes held in partly used slabs"). heap_stats has no field for it,
 /// so the table prints '-'. This is the one place the table reads it from: when heap_stats
 /// gets such a field, return it here.
 std::optional<std::size_t> held_bytes(devmr::heap_stats const&) {

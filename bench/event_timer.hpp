@@ -46,7 +46,7 @@ class event_timer {
   /// Both events and the launch wait in the stream behind a hold kernel: on an idle GPU the
   /// start event would be stamped as soon as it was recorded, and the time the host then takes
   /// to launch the kernel (3 to 5 us, and its jitter) would count as the kernel's, a large part
-  /// of the kernels of 2^16 threads (bench/RESULTS.md, twentieth session). The hold changes no
+  /// of the kernels of 2^16 threads (bench/RESULTS.md, timer_bench). The hold changes no
   /// GPU work: it ends before the start event.
   template <class Launch>
   float time_ms(Launch&& launch) {

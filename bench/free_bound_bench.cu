@@ -2,9 +2,8 @@
 // one run: heap_bench's free kernel (each thread frees its block and clears its pointer) over the
 // blocks a devmr heap handed out, with the free replaced by less and less of one.
 //
-//   launch: the thread clears its pointer and loads nothing: the free kernel of heap_bench's floor
-//           until 2026-12-01, when the compiler dropped the load of the pointer that the floor's
-//           free did not use (bench/RESULTS.md, fifteenth session).
+//   launch: the thread clears its pointer and loads nothing: what heap_bench's floor free times
+//           when the compiler drops the load of a pointer that it does not use.
 //   floor:  heap_bench's floor free: the pointer is loaded and looked at (a free must know where
 //           the block lies), and the thread clears its pointer.
 //   fence:  + the release that every free needs before its block may go to another thread: the

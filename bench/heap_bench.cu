@@ -205,9 +205,9 @@ struct floor_allocator {
 
   /// The least a free does: it looks at the pointer it is given, and returns. So the free
   /// kernel loads the pointer, as it does for every allocator. (It counts a pointer that it did
-  /// not hand out, which the bench never gives it; a use that the compiler keeps. Until
-  /// 2026-12-01 an empty asm statement took the pointer instead: ptxas dropped the load, and the
-  /// floor's free kernel only stored the nullptrs; bench/RESULTS.md, fifteenth session.)
+  /// not hand out, which the bench never gives it; a use that the compiler keeps. An empty asm
+  /// statement that takes the pointer is not enough: ptxas drops the load, and the floor's free
+  /// kernel only stores the nullptrs.)
   __device__ void deallocate(void* p, std::size_t) const {
     auto const at = reinterpret_cast<std::uintptr_t>(p);
     auto const first = reinterpret_cast<std::uintptr_t>(base);
@@ -503,8 +503,8 @@ class heap_bench {
   [[nodiscard]] bool floor_free_reads() const { return floor_free_reads_; }
 
  private:
-  /// The floor's free must look at its pointer; one that does not (the compiler dropped its
-  /// load until 2026-12-01) times an empty grid. One thread frees a pointer that the floor did
+  /// The floor's free must look at its pointer; one that does not (the compiler drops a load
+  /// whose value goes unused) times an empty grid. One thread frees a pointer that the floor did
   /// not hand out (the counters' own), which it must count.
   void check_floor_free() {
     DEVMR_CUDA_TRY(cudaMemsetAsync(counters_, 0, sizeof(run_counters), 0));

@@ -172,7 +172,7 @@ class slab_ref {
   // Copies of what every device allocate and free reads of the header: arena 0's entry (where
   // most blocks lie) and the checked flag, neither of which changes while the heap lives. A kernel
   // reads them from its parameters; from the header they were loads after the free's fence, and
-  // registers held across the claim (bench/RESULTS.md, tenth session).
+  // registers held across the claim.
   std::byte* base_ = nullptr;                ///< arena 0's first slab
   detail::heap::slab_meta* meta_ = nullptr;  ///< arena 0's slab metadata
   std::uint64_t slabs_ = 0;                  ///< arena 0's slabs

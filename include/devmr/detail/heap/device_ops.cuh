@@ -161,7 +161,7 @@ __device__ inline void device_deallocate(heap_header* h,
   // barrier together. Lanes of the fast path match on their slab's index; the others on a value
   // of their own that no index takes, and group with nobody here. (A match that only the fast
   // path reached was preceded by a test of the warp's convergence: 2^22 frees of 16 B to 1 KiB
-  // +0.01 to +0.02 of the floor without it; bench/RESULTS.md, fourteenth session.)
+  // +0.01 to +0.02 of the floor without it.)
   static_assert(max_slabs_per_arena <= no_slab - 31);
   unsigned const peers =
       __match_any_sync(callers, fast ? index : no_slab - static_cast<unsigned>(__popc(below)));

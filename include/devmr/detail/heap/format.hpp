@@ -15,8 +15,8 @@ namespace devmr::detail::heap {
 /// every group a slab (2 GiB and up cover the largest GPUs' SMs), fewer on smaller heaps, so that
 /// the slots' current slabs never hold the whole heap. Fewer slots are slower: SMs that share one
 /// queue on its word and wait for each other's installs (at 2^16 threads, 4 KiB blocks on 4 GiB
-/// ran at 0.49x of the floor with 64 slots, 0.71x with one per SM; bench/RESULTS.md, tenth
-/// session). Priming fills at most half of the heap (heap_core::prime_count).
+/// ran at 0.49x of the floor with 64 slots, 0.71x with one per SM, on an H200). Priming fills at
+/// most half of the heap (heap_core::prime_count).
 inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
   std::uint64_t const per_group = slabs / num_groups;
   std::uint64_t const slots = per_group < 1 ? 1 : (per_group > max_slots ? max_slots : per_group);

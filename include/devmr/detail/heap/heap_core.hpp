@@ -68,11 +68,11 @@ DEVMR_HOST_DEVICE inline unsigned class_of_size(std::size_t size) {
 /// (the alignment is a power of two). Class c > 0 (sizes in (2^(c+3), 2^(c+4)]) is large when c
 /// is odd, that is when the highest bit of size - 1 is at an even place: then the bits at even
 /// places make the larger number. No branch and no bit scan: every free computes it (2^22 frees
-/// of one size are partly bound by the instructions warps issue: RESULTS.md, nineteenth session),
+/// of one size are partly bound by the instructions warps issue: bench/RESULTS.md),
 /// and in the free a branch here made ptxas issue the release fence after the lookup of the
 /// slab instead of beside the load of the pointer (0.1 of the floor). (One 64-bit comparison
 /// of the bits at the large classes' places with the others, with no range test, took fewer
-/// instructions but cost the mixed-size free 0.005 of the floor: nineteenth session.)
+/// instructions but cost the mixed-size free 0.005 of the floor.)
 DEVMR_HOST_DEVICE constexpr bool is_large_last(std::uint64_t last) {
   bool const grouped = last - 16 < max_small_bytes - 16;  // 16 B < size <= max_small_bytes
   auto const low = static_cast<std::uint32_t>(last);      // all of it where grouped
@@ -369,9 +369,8 @@ class heap_core : public slab_supply {
   /// slot), else one from the caller's shard or the fresh slabs, else an unused slab of another
   /// group in its slot (for a claim that wants blocks), else any (acquire_run); no_slab when the
   /// heap has none. The spare's exchange goes out together with the shard's load, which every
-  /// install waited for before (loading the spare word first, to exchange it only when it names
-  /// a slab, gained nothing: bench/RESULTS.md, twenty-first session). Out of line, for the
-  /// registers of the allocating kernels.
+  /// install waits for anyway (loading the spare word first, to exchange it only when it names
+  /// a slab, gains nothing). Out of line, for the registers of the allocating kernels.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t take_slab(unsigned g,
                                                            unsigned slot,
                                                            std::uint32_t want,
@@ -422,7 +421,7 @@ class heap_core : public slab_supply {
   /// (see heap_header::spares), which the slot's next install takes with one exchange: so the
   /// second slab of a slot after a heap is made, grown or reset is installed without a search, a
   /// format and the release that waits for the format's stores (at 2^16 threads, 4 KiB blocks,
-  /// every SM installs one while its other warps wait: bench/RESULTS.md, twenty-first session). A
+  /// every SM installs one while its other warps wait: bench/RESULTS.md). A
   /// slot that has a spare keeps it, and `id` goes on a stack. Spares come back when memory runs
   /// short (close_slots).
   /// Only prime_kernel adds spares, and the kernels that take them run after it: slab_heap
@@ -465,7 +464,7 @@ class heap_core : public slab_supply {
   /// group): every slot in use of every group, or as many as half of the heap's slabs allow.
   /// The groups past those start vacant, and each SM's first claim in one installs its slab:
   /// priming the whole heap would leave nothing for installs but other slots' slabs (1 GiB at
-  /// 2^16 threads, 4 KiB blocks: 0.04x of the floor; bench/RESULTS.md, tenth session).
+  /// 2^16 threads, 4 KiB blocks: 0.04x of the floor).
   DEVMR_HOST_DEVICE std::uint32_t prime_count() const {
     std::uint64_t const slabs = heap_slabs(*h_);
     std::uint64_t const all = std::uint64_t{num_groups} * slots_in_use();
@@ -782,7 +781,7 @@ class heap_core : public slab_supply {
     // prime formatted it in an earlier kernel (see add_spare), and the release's fence, which
     // waits for the SM's stores in flight, was most of what an install of one cost (2^16
     // threads, 4 KiB blocks: 0.736 of the floor with it and an acquire on the take, 0.781
-    // without; bench/RESULTS.md, twenty-first session). Whatever the exchange replaces is
+    // without). Whatever the exchange replaces is
     // closed: the used-up slab, an installing id, or the slab that another installer (a waiter
     // that took over) published first.
     std::uint64_t old;
@@ -810,7 +809,7 @@ class heap_core : public slab_supply {
   /// own slot right after the fresh slabs (not `everywhere`: four loads of one line, so that a
   /// heap filled past what priming left fresh does not search every stack and bitmap per slab),
   /// and acquire_run in every slot, from the caller's on, as a last resort (a cursor that skipped
-  /// slots found without any gained nothing measurable: bench/RESULTS.md, ninth session). A full
+  /// slots found without any gains nothing measurable). A full
   /// scan that finds none clears the heap's idle_slots flag, which priming sets, so that
   /// a heap out of memory does not scan again on every failed claim. Slabs of the group itself
   /// stay: moving one between its slots gains nothing (a claim that finds no slab takes blocks
@@ -1056,7 +1055,7 @@ class heap_core : public slab_supply {
   /// an installing id, a claimed vacancy or a used-up slab), looking by loads: a waiter adds to
   /// the slot's counts once, with the claim that found it waiting, so that the counts stay
   /// within their bits (see make_fronts). Loads cost nothing measurable against additions
-  /// (bench/RESULTS.md, seventeenth session). Returns the value it saw last (what still_waiting
+  /// on the H200. Returns the value it saw last (what still_waiting
   /// accepts if it took too long).
   DEVMR_HOST_DEVICE static std::uint64_t wait_for_install(
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> slot_word,

@@ -27,7 +27,7 @@ inline constexpr std::size_t max_small_bytes = std::size_t{1} << max_small_shift
 /// the slab's end downwards, until the two fronts meet. A warp that frees blocks of every size
 /// from 16 B to 4 KiB then frees into five slabs, not nine: one atomic per slab (2^22 threads
 /// freeing mixed sizes: 0.43x of the floor with slabs of one class, 0.53x with slabs of two;
-/// bench/RESULTS.md, eighteenth session).
+/// bench/RESULTS.md).
 inline constexpr unsigned num_groups = num_classes / 2;
 static_assert(num_classes % 2 == 0);
 
@@ -214,7 +214,7 @@ inline constexpr std::uint64_t empty_stack = no_slab;
 /// A slab's `remaining` count: the units not freed (nor given back) in its low 17 bits, and
 /// minus the large blocks freed, modulo 2^15, in its high 15 bits (for statistics), so that one
 /// 32-bit atomic frees a warp's blocks of both classes of a slab (a 64-bit one cost single-size
-/// frees about a tenth of the floor on the H200; bench/RESULTS.md, eighteenth session).
+/// frees about a tenth of the floor on the H200).
 inline constexpr unsigned remaining_unit_bits = 17;
 inline constexpr std::uint32_t remaining_unit_mask = (std::uint32_t{1} << remaining_unit_bits) - 1;
 static_assert(max_blocks_per_slab <= remaining_unit_mask);
@@ -261,8 +261,8 @@ DEVMR_HOST_DEVICE constexpr std::uint64_t empty_bitmap_words(std::uint64_t slabs
 /// The words of the bitmaps of empty slabs lie one to a 128-byte line. A kernel that frees every
 /// block empties neighbouring slabs at about the same time, and the L2 queues atomics on one line:
 /// with 16 words to a line, 2^22 threads freeing 4 KiB blocks (16384 slabs emptied, on 16 lines)
-/// ran at 0.31x of the floor, against 0.39x with one word to a line (bench/RESULTS.md, seventh
-/// session). The bitmaps take 2 bytes per slab of 1 MiB.
+/// ran at 0.31x of the floor, against 0.39x with one word to a line, on the H200. The bitmaps
+/// take 2 bytes per slab of 1 MiB.
 inline constexpr std::uint64_t empty_word_stride = 128 / sizeof(std::uint64_t);
 /// Where word `w` of an arena's bitmap of empty slabs lies in `arena_desc::empty_bits`; the words
 /// of the summary follow those of the bitmap.
@@ -334,8 +334,7 @@ struct heap_header {
   /// by prime, which the slot's next install takes instead of searching for a slab and
   /// formatting it (no_slab: none; see heap_core::add_spare). Not in the slots' lines: there
   /// the install's exchange waited behind the polls of the claims waiting for it (2^16
-  /// threads, 4 KiB blocks: 0.765 of the floor beside the slot words, 0.788 here;
-  /// bench/RESULTS.md, twenty-first session).
+  /// threads, 4 KiB blocks: 0.765 of the floor beside the slot words, 0.788 here).
   std::uint32_t spares[max_slots][num_groups];
 };
 

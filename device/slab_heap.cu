@@ -85,7 +85,7 @@ __global__ void reset_kernel(heap_header* h) {
 /// of two classes while they stay within half of the heap, smallest groups first
 /// (heap_core::prime_count, heap_core::prime). So the first claims on an SM after a heap is
 /// made, grown or reset find a slab instead of all waiting for one install per group (on the
-/// H200, 2^16 threads asking for 16 B blocks waited about 3 us for it; bench/RESULTS.md). The
+/// H200, 2^16 threads asking for 16 B blocks wait about 3 us for it). The
 /// slabs are fresh ones in a row, slot after slot and group after group, so that every reset
 /// places a slot's blocks where the last one did. Where the heap is large enough, each slot
 /// also gets a spare, formatted for it, for its next install (heap_core::spare_count,

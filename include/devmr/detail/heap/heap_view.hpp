@@ -17,7 +17,7 @@ namespace devmr::detail::heap {
 /// Sets `word`, a count in the heap's metadata, to zero by an atomic AND; the caller's acquire
 /// fence follows. On the device a relaxed `red` on global memory, where the metadata lies, whose
 /// result nobody waits for (the generic atomic of atomic_ref makes a gather of the whole 24 GiB
-/// heap, one count per slab, 6.45 ms instead of 5.67; bench/RESULTS.md). On the host the AND
+/// heap, one count per slab, 6.45 ms instead of 5.67 on the H200). On the host the AND
 /// acquires itself: ThreadSanitizer, which the host tests run under, does not see fences.
 DEVMR_HOST_DEVICE inline void clear_count(std::uint32_t& word) {
 #if DEVMR_IS_DEVICE_CODE

@@ -422,7 +422,7 @@ class slab_supply : public heap_view {
   /// stand for 4096 slabs each, do not take one atomic per emptied slab.
   /// No release: the subtraction that left zero is the only write it would order, and whoever
   /// takes the mark orders that one itself (see settle); a release here was a second
-  /// device-scope fence in the free of every slab's last block (bench/RESULTS.md).
+  /// device-scope fence in the free of every slab's last block.
   DEVMR_HOST_DEVICE void mark_empty(std::uint32_t id) const {
     mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), relaxed);
   }

@@ -550,12 +550,10 @@ struct run_result {
   }
 };
 
-/// Bytes the heap holds for its live blocks: the blocks in use and the free space of the slabs
-/// that hold them (docs/design.md: "bytes held in partly used slabs"). heap_stats has no field for it,
-/// so the table prints '-'. This is the one place the table reads it from: when heap_stats
-/// gets such a field, return it here.
-std::optional<std::size_t> held_bytes(devmr::heap_stats const&) {
-  return std::nullopt;
+/// Bytes the heap holds for its live blocks: the slabs that hold them, whole (heap_stats's
+/// held_bytes: the blocks in use and the free space of the partly used slabs around them).
+std::optional<std::size_t> held_bytes(devmr::heap_stats const& s) {
+  return s.held_bytes;
 }
 
 struct row_result {
@@ -1008,8 +1006,8 @@ int run(options const& opts) {
         "rounds (CUDA events); G ops/s: (allocate + free calls) / total kernel time; badtag, "
         "misalgn: blocks whose tags changed, blocks not 16-byte aligned (rounds and the final "
         "free); live MiB: bytes the full slots asked for after the last round; inuse MiB: "
-        "heap.stats().bytes_in_use then; held MiB: bytes the heap holds for them ('-': heap_stats "
-        "has no such field).\n");
+        "heap.stats().bytes_in_use then; held MiB: heap.stats().held_bytes then, the slabs that "
+        "hold the live blocks, whole.\n");
     std::printf(
         "targets (devmr): no failed allocation; >= %.0f G ops/s with >= 2^20 threads; >= %.0fx "
         "CUDA malloc's ops/s over the rounds both ran (512 MiB rows, malloc capped at %.0f s of "

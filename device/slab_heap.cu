@@ -29,6 +29,7 @@ struct scan_totals {
   unsigned long long slabs[num_classes];
   unsigned long long large_blocks;
   unsigned long long large_slabs;
+  unsigned long long held_slabs;  ///< slabs of small blocks with at least one in use
 };
 
 __global__ void allocate_kernel(heap_header* h,
@@ -148,6 +149,9 @@ __global__ void stats_kernel(heap_header* h, scan_totals* totals) {
         }
         if (large != 0) {
           atomicAdd(&totals->slabs[2 * g + 1], 1ull);
+        }
+        if (small != 0 || large != 0) {
+          atomicAdd(&totals->held_slabs, 1ull);
         }
       } else if (small != 0) {
         atomicAdd(&totals->large_blocks, small);
@@ -426,7 +430,10 @@ heap_stats slab_heap<Kind>::stats(cuda::stream_ref stream) const {
   result.large_bytes_in_use = totals.large_slabs * hp::slab_bytes;
   result.blocks_in_use += result.large_blocks_in_use;
   result.bytes_in_use += result.large_bytes_in_use;
+  std::size_t const held_slabs = totals.held_slabs + totals.large_slabs;
+  result.held_bytes = held_slabs * hp::slab_bytes;
   result.capacity_bytes = capacity();
+  result.free_slabs = result.capacity_bytes / hp::slab_bytes - held_slabs;
   result.arenas = arenas_.size();
   result.failed_allocations = counters.failed_allocations;
   result.bad_alignments = counters.bad_alignments;

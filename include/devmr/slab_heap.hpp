@@ -41,6 +41,13 @@ struct heap_stats {
   std::size_t large_blocks_in_use = 0;  ///< blocks above 512 KiB (runs of slabs) in use
   std::size_t large_bytes_in_use = 0;   ///< bytes of those runs
   std::array<size_class, num_size_classes> classes{};
+  /// Bytes of the slabs that hold blocks in use (1 MiB each; large blocks' runs whole): what the
+  /// heap holds for its live blocks. `held_bytes - bytes_in_use` is what the blocks in use keep
+  /// from other uses: the free blocks of partly used slabs.
+  std::size_t held_bytes = 0;
+  /// Slabs that hold no block in use (never handed out, free, emptied, or current in a slot with
+  /// nothing live): ready for any size class or large block.
+  std::size_t free_slabs = 0;
   std::size_t capacity_bytes = 0;  ///< bytes of all arenas
   std::size_t arenas = 0;          ///< arenas taken from the pool
   std::uint64_t failed_allocations =

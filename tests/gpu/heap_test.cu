@@ -258,6 +258,10 @@ void check_use(devmr::heap_stats const& s, expected_use const& want) {
   CHECK(s.large_blocks_in_use == want.large_blocks);
   CHECK(s.large_bytes_in_use == want.large_bytes);
   CHECK(s.bytes_in_use == want.bytes);
+  // The slabs that hold the blocks in use, whole, and the others free: together the heap.
+  CHECK(s.held_bytes >= s.bytes_in_use);
+  CHECK((s.bytes_in_use == 0) == (s.held_bytes == 0));
+  CHECK(s.held_bytes + s.free_slabs * mib == s.capacity_bytes);
 }
 
 template <class Heap>

@@ -57,12 +57,14 @@ struct device_slabs {
   DEVMR_HOST_DEVICE std::uint32_t* bits(std::uint32_t id) const {
     return bit_words + std::size_t{id} * bitmap_words_for(class_capacity(0));
   }
-  DEVMR_HOST_DEVICE slab_set listed(unsigned c) const {
+  DEVMR_HOST_DEVICE std::uint32_t list_parts() const { return 1; }
+  DEVMR_HOST_DEVICE slab_set listed(unsigned c, std::uint32_t) const {
     return {listed_words + std::size_t{c} * slab_set_words(set_members),
             bitmap_words_for(set_members)};
   }
   DEVMR_HOST_DEVICE std::uint32_t member(std::uint32_t id) const { return id; }
-  DEVMR_HOST_DEVICE std::uint32_t slab_of(std::uint32_t m) const { return m; }
+  DEVMR_HOST_DEVICE std::uint32_t part_of(std::uint32_t) const { return 0; }
+  DEVMR_HOST_DEVICE std::uint32_t slab_of(std::uint32_t, std::uint32_t m) const { return m; }
   DEVMR_HOST_DEVICE void format(std::uint32_t id, unsigned c) const {
     atomic(classes[id]).store(c, relaxed);
   }

@@ -3,11 +3,14 @@
 // through a table (an exchange from "nobody" to its owner), so a block handed out twice fails
 // the test at once; tags at both ends catch a block written by two owners.
 
+#include "supply_fixture.hpp"
+
 #include <devmr/detail/heap/block_bitmap.hpp>
 #include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/slab_avail.hpp>
 #include <devmr/detail/heap/slab_set.hpp>
 #include <devmr/detail/heap/slab_stack.hpp>
+#include <devmr/detail/heap/slab_supply.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -212,7 +215,7 @@ struct test_slab_memory {
         cls(count, 0xffu),
         bits(std::size_t{count} * bitmap_words_for(max_blocks), 0xa5a5a5a5u),
         owner(std::size_t{count} * max_blocks),
-        listed(std::size_t{4} * slab_set_words(count), 0) {
+        listed(std::size_t{4} * (slab_set_words(count) + 64), 0) {
     for (std::uint32_t id = count; id-- > 0;) {
       empty().push(id);
     }
@@ -234,25 +237,30 @@ struct test_slab_memory {
   std::vector<std::uint32_t> cls;
   std::vector<std::uint32_t> bits;
   std::vector<std::atomic<std::uint32_t>> owner;  // 0: nobody
-  std::vector<std::uint32_t> listed;              // one set of slabs per class
+  std::vector<std::uint32_t> listed;              // sets of slabs: per class (and part of the heap)
   std::uint64_t empty_head = empty_slab_stack;
   std::atomic<std::uint64_t> empties{0};
 };
 
-/// The Slabs policy of class_slots over test_slab_memory.
+/// The Slabs policy of class_slots over test_slab_memory, with its own stack of empty slabs.
 struct test_slabs {
   test_slab_memory* m;
+
+  std::uint32_t dense(std::uint32_t id) const { return id; }  // index into test_slab_memory
+  std::uint32_t id_of(std::uint32_t dense) const { return dense; }
 
   std::uint32_t blocks(unsigned c) const { return test_slab_memory::max_blocks >> c; }
   std::uint32_t& avail(std::uint32_t id) const { return m->avail[id]; }
   std::uint32_t* bits(std::uint32_t id) const {
     return &m->bits[std::size_t{id} * bitmap_words_for(test_slab_memory::max_blocks)];
   }
-  slab_set listed(unsigned c) const {
+  std::uint32_t list_parts() const { return 1; }
+  slab_set listed(unsigned c, std::uint32_t) const {
     return {&m->listed[c * slab_set_words(m->slabs)], bitmap_words_for(m->slabs)};
   }
   std::uint32_t member(std::uint32_t id) const { return id; }
-  std::uint32_t slab_of(std::uint32_t member) const { return member; }
+  std::uint32_t part_of(std::uint32_t) const { return 0; }
+  std::uint32_t slab_of(std::uint32_t, std::uint32_t member) const { return member; }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
   std::uint32_t take_empty(unsigned) const { return m->empty().pop(); }
   void give_empty(std::uint32_t id, unsigned) const {
@@ -262,16 +270,66 @@ struct test_slabs {
   }
 };
 
+/// The Slabs policy of class_slots over the heap's slab supply: empty slabs come from it
+/// (search_run, as a slot's install takes one) and go back to it (marked in their arena's
+/// bitmap, with the release that the supply's take acquires). Slab ids name arenas of
+/// `per_arena` slabs; test_slab_memory holds them arena after arena.
+struct supply_slabs {
+  test_slab_memory* m;
+  heap_header* header;
+  std::uint32_t per_arena;
+
+  slab_supply supply() const { return slab_supply{header}; }
+  std::uint32_t dense(std::uint32_t id) const { return arena_of(id) * per_arena + index_of(id); }
+  std::uint32_t id_of(std::uint32_t dense) const {
+    return make_slab_id(dense / per_arena, dense % per_arena);
+  }
+  std::uint32_t blocks(unsigned c) const { return test_slab_memory::max_blocks >> c; }
+  std::uint32_t& avail(std::uint32_t id) const { return m->avail[dense(id)]; }
+  std::uint32_t* bits(std::uint32_t id) const {
+    return &m->bits[std::size_t{dense(id)} * bitmap_words_for(test_slab_memory::max_blocks)];
+  }
+  std::uint32_t list_parts() const { return header->arena_count; }
+  slab_set listed(unsigned c, std::uint32_t part) const {
+    return {&m->listed[(c * list_parts() + part) * slab_set_words(per_arena)],
+            bitmap_words_for(per_arena)};
+  }
+  std::uint32_t member(std::uint32_t id) const { return index_of(id); }
+  std::uint32_t part_of(std::uint32_t id) const { return arena_of(id); }
+  std::uint32_t slab_of(std::uint32_t part, std::uint32_t member) const {
+    return make_slab_id(part, member);
+  }
+  void format(std::uint32_t id, unsigned c) const { atomic(m->cls[dense(id)]).store(c, relaxed); }
+  std::uint32_t take_empty(unsigned hint) const { return supply().search_run(1, hint); }
+  void give_empty(std::uint32_t id, unsigned) const {
+    atomic(m->cls[dense(id)]).store(0xffu, relaxed);
+    m->empties.fetch_add(1, std::memory_order_relaxed);
+    atomic(supply().meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
+    // release: the emptier's acquire of every free (slab_avail::settle) is passed on to the
+    // search that takes the mark.
+    supply().mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64),
+                  release);
+  }
+};
+
 constexpr unsigned test_classes = 4;
 
-struct test_heap {
-  test_heap(std::uint32_t slabs, unsigned slot_count)
+/// The engine over `Slabs`, with blocks owned through a table (keys: dense slab index << 10 |
+/// block) and tagged at both ends.
+template <class Slabs>
+struct engine_heap {
+  template <class... Policy>
+  engine_heap(std::uint32_t slabs, unsigned slot_count, Policy... policy)
       : memory{slabs},
         words(std::size_t{slot_count} * test_classes, vacant_class_slot),
-        slots{test_slabs{&memory}, words.data(), test_classes, slot_count} {}
+        slots{Slabs{&memory, policy...}, words.data(), test_classes, slot_count} {}
+
+  std::uint32_t key_of(std::uint32_t id, std::uint32_t b) const {
+    return slots.slabs().dense(id) * test_slab_memory::max_blocks + b;
+  }
 
   std::byte* block(std::uint32_t id, unsigned c, std::uint32_t b) {
-    return memory.data + (std::size_t{id} << test_slab_memory::slab_shift) +
+    return memory.data + (std::size_t{slots.slabs().dense(id)} << test_slab_memory::slab_shift) +
            (std::size_t{b} << (c + 4));
   }
 
@@ -289,7 +347,7 @@ struct test_heap {
         break;
       }
       slots.take(got, c, [&](std::uint32_t b) {
-        std::uint32_t const key = got.id * test_slab_memory::max_blocks + b;
+        std::uint32_t const key = key_of(got.id, b);
         std::uint32_t const was = memory.owner[key].exchange(who, std::memory_order_relaxed);
         if (was != 0) {
           double_handouts.fetch_add(1, std::memory_order_relaxed);
@@ -305,7 +363,7 @@ struct test_heap {
   }
 
   void free(unsigned c, std::uint32_t key, std::uint32_t who, unsigned hint) {
-    std::uint32_t const id = key / test_slab_memory::max_blocks;
+    std::uint32_t const id = slots.slabs().id_of(key / test_slab_memory::max_blocks);
     std::uint32_t const b = key % test_slab_memory::max_blocks;
     std::byte* p = block(id, c, b);
     std::uint32_t head = 0;
@@ -332,10 +390,12 @@ struct test_heap {
 
   test_slab_memory memory;
   std::vector<std::uint64_t> words;
-  class_slots<test_slabs> slots;
+  class_slots<Slabs> slots;
   std::atomic<std::uint64_t> double_handouts{0};
   std::atomic<std::uint64_t> bad_blocks{0};
 };
+
+using test_heap = engine_heap<test_slabs>;
 
 TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again", "[reuse][slots]") {
   test_heap heap{4, 1};
@@ -391,10 +451,8 @@ TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[re
 /// Threads allocating and freeing blocks of every class with mixed lifetimes: each thread keeps
 /// some blocks for the whole run and frees most soon after allocating them, staying within its
 /// share of 80% of the heap for each class. Returns the allocations that failed.
-std::uint64_t churn(test_heap& heap,
-                    unsigned threads,
-                    std::uint64_t ops_per_thread,
-                    double live_share) {
+template <class Heap>
+std::uint64_t churn(Heap& heap, unsigned threads, std::uint64_t ops_per_thread, double live_share) {
   std::uint64_t const slabs_per_class = heap.memory.slabs / test_classes;
   std::atomic<std::uint64_t> failures{0};
   std::vector<std::thread> pool;
@@ -484,6 +542,47 @@ TEST_CASE("threads churning blocks of mixed lifetimes at 80% of the heap never f
   }
   CHECK(listed + empty == heap.memory.slabs);
   // Slabs were emptied and changed class on the way (the mix of classes moved).
+  CHECK(heap.memory.empties > 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("the reuse path over the heap's slab supply: two arenas, 80% live, never failing",
+          "[reuse][slots][supply][threads]") {
+  // Two arenas of 128 slabs; slot ids name them, test_slab_memory holds them in a row.
+  devmr_test::supply_fixture arenas{{128, 128}};
+  engine_heap<supply_slabs> heap{256, 4, &arenas.header(), std::uint32_t{128}};
+  std::uint64_t const failures = churn(heap, 8, under_tsan ? 20'000 : 200'000, 0.8);
+  CHECK(failures == 0);
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+  for (unsigned c = 0; c < test_classes; ++c) {
+    for (unsigned s = 0; s < heap.slots.slot_count(); ++s) {
+      heap.slots.vacate(c, s, 0);
+    }
+  }
+  // Every slab of a class counts all its blocks free; the others are back in the supply, from
+  // which a search takes each once.
+  std::uint32_t classed = 0;
+  for (std::uint32_t d = 0; d < 256; ++d) {
+    std::uint32_t const c = heap.memory.cls[d];
+    if (c < test_classes) {
+      CHECK((heap.memory.avail[d] & avail_count_mask) == (test_slab_memory::max_blocks >> c));
+      ++classed;
+    }
+  }
+  slab_supply const supply{&arenas.header()};
+  std::vector<bool> seen(256);
+  std::uint32_t taken = 0;
+  for (std::uint32_t id = supply.search_run(1, 0); id != no_slab; id = supply.search_run(1, 0)) {
+    std::uint32_t const d = arena_of(id) * 128 + index_of(id);
+    CHECK_FALSE(seen[d]);
+    seen[d] = true;
+    ++taken;
+  }
+  CHECK(classed + taken == 256);
   CHECK(heap.memory.empties > 0);
 }
 

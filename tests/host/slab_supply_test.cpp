@@ -2,7 +2,8 @@
 // stacks of free slabs and runs, bitmaps of empty slabs, and the gathering of free slabs into
 // long runs. No slab is handed out twice: every slab taken is owned through a table.
 
-#include <devmr/detail/heap/format.hpp>
+#include "supply_fixture.hpp"
+
 #include <devmr/detail/heap/slab_supply.hpp>
 
 #include <catch2/catch.hpp>
@@ -18,47 +19,7 @@
 namespace {
 
 using namespace devmr::detail::heap;
-
-/// A header with arenas of metadata only (the supply never touches a slab's memory).
-class supply_fixture {
- public:
-  explicit supply_fixture(std::vector<std::uint64_t> const& arena_slabs)
-      : header_{std::make_unique<heap_header>()} {
-    initialize(*header_, false);
-    for (std::uint64_t slabs : arena_slabs) {
-      // Addresses only: slab memory is never read or written by the supply.
-      auto* base = reinterpret_cast<std::byte*>(std::uintptr_t{1} << 40 << header_->arena_count);
-      auto* meta = static_cast<slab_meta*>(
-          std::aligned_alloc(alignof(slab_meta), slabs * sizeof(slab_meta)));
-      std::memset(static_cast<void*>(meta), 0xa5, slabs * sizeof(slab_meta));
-      auto* empty = static_cast<std::uint64_t*>(
-          std::aligned_alloc(64, empty_words(slabs) * sizeof(std::uint64_t)));
-      std::memset(empty, 0, empty_words(slabs) * sizeof(std::uint64_t));
-      add_arena(*header_, arena_desc{base, meta, nullptr, empty, slabs});
-      memory_.push_back(meta);
-      memory_.push_back(empty);
-    }
-  }
-  ~supply_fixture() {
-    for (void* p : memory_) {
-      std::free(p);
-    }
-  }
-  supply_fixture(supply_fixture const&) = delete;
-  supply_fixture& operator=(supply_fixture const&) = delete;
-
-  slab_supply supply() const { return slab_supply{header_.get()}; }
-
-  /// Returns single slab `id`, whose blocks were all freed: marked in its arena's bitmap.
-  void give_back(std::uint32_t id) const {
-    atomic(supply().meta(id).remaining).store(0, relaxed);
-    supply().mark_empty(id);
-  }
-
- private:
-  std::unique_ptr<heap_header> header_;
-  std::vector<void*> memory_;
-};
+using devmr_test::supply_fixture;
 
 TEST_CASE("fresh slabs come from each arena's frontier in order, runs in one arena", "[supply]") {
   supply_fixture f{{8, 16}};

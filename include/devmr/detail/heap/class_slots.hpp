@@ -90,8 +90,9 @@ inline constexpr block_claim no_claim{no_slab, 0, 0, false};
  *  - `blocks(cls)`: blocks in a slab of class `cls`;
  *  - `avail(id)`: the slab's free count word (std::uint32_t&, see slab_avail);
  *  - `bits(id)`: its bitmap's first word (std::uint32_t*, room for the smallest class);
- *  - `listed(cls)`: the class's list of slabs with blocks to reuse (a slab_set), whose members
- *    are `member(id)` and `slab_of(member)`;
+ *  - `list_parts()` and `listed(cls, part)`: the class's list of slabs with blocks to reuse, one
+ *    slab_set for each part of the heap (an arena); slab `id` is member `member(id)` of part
+ *    `part_of(id)`, and member `m` of part `p` is slab `slab_of(p, m)`;
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
  *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class.
@@ -269,20 +270,25 @@ class class_slots {
   DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
                                               unsigned hint,
                                               std::uint32_t& promised) const {
-    slab_set const set = slabs_.listed(cls);
-    std::uint32_t start = hint;
-    for (;;) {
-      std::uint32_t const member = set.take(start);
-      if (member == no_member) {
-        return no_slab;
+    std::uint32_t const parts = slabs_.list_parts();
+    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
+      std::uint32_t const part = (hint + n) % parts;
+      slab_set const set = slabs_.listed(cls, part);
+      std::uint32_t start = hint;
+      for (;;) {
+        std::uint32_t const member = set.take(start);
+        if (member == no_member) {
+          break;
+        }
+        std::uint32_t const id = slabs_.slab_of(part, member);
+        promised = avail(id, cls).open_listed();
+        if (promised != 0) {
+          return id;
+        }
+        start = member / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
       }
-      std::uint32_t const id = slabs_.slab_of(member);
-      promised = avail(id, cls).open_listed();
-      if (promised != 0) {
-        return id;
-      }
-      start = member / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
     }
+    return no_slab;
   }
 
   /// Out of empty slabs: the slots of the other classes give up their slabs, so that those
@@ -330,12 +336,12 @@ class class_slots {
                              unsigned cls,
                              unsigned hint) const {
     if (event == avail_event::listed) {
-      slabs_.listed(cls).insert(slabs_.member(id));
+      slabs_.listed(cls, slabs_.part_of(id)).insert(slabs_.member(id));
     } else if (event == avail_event::emptied) {
       slabs_.give_empty(id, hint);
     } else if (event == avail_event::full_listed) {
       // Off the list first: a slot that took it off before opens it, or finds it taken here.
-      slabs_.listed(cls).erase(slabs_.member(id));
+      slabs_.listed(cls, slabs_.part_of(id)).erase(slabs_.member(id));
       if (avail(id, cls).take_full()) {
         slabs_.give_empty(id, hint);
       }

@@ -4,6 +4,8 @@
 // together (one growth for the whole warp, its lanes copying the old elements side by side).
 // The host checks what each vector held; the heap must hold no block afterwards.
 
+#include "sample_support.hpp"
+
 #include <devmr/devmr.hpp>
 
 #include <cooperative_groups.h>
@@ -207,31 +209,18 @@ __global__ void values_per_warp(devmr::slab_ref<> heap, thread_result* results) 
   }
 }
 
-#define SAMPLE_CHECK(call)                                                                        \
-  do {                                                                                            \
-    cudaError_t const status_ = (call);                                                           \
-    if (status_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "device_vector: %s failed: %s\n", #call, cudaGetErrorString(status_)); \
-      return EXIT_FAILURE;                                                                        \
-    }                                                                                             \
-  } while (false)
-
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "device_vector: no CUDA device found; this sample needs a GPU\n");
-    return 2;
-  }
+  devmr_samples::require_gpu("device_vector");
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = std::size_t{640} << 20}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = std::size_t{512} << 20}};
 
   thread_result* results = nullptr;
-  SAMPLE_CHECK(cudaMallocManaged(&results, threads * sizeof(thread_result)));
+  DEVMR_SAMPLE_CHECK(cudaMallocManaged(&results, threads * sizeof(thread_result)));
 
   divisors_per_thread<<<threads / block_threads, block_threads>>>(heap.ref(), results);
-  SAMPLE_CHECK(cudaDeviceSynchronize());
+  DEVMR_SAMPLE_CHECK(cudaDeviceSynchronize());
   unsigned wrong_threads = 0;
   for (unsigned i = 0; i < threads; ++i) {
     unsigned long long count = 0;
@@ -250,7 +239,7 @@ int main() {
 
   unsigned const warps = threads / 32;
   values_per_warp<<<threads / block_threads, block_threads>>>(heap.ref(), results);
-  SAMPLE_CHECK(cudaDeviceSynchronize());
+  DEVMR_SAMPLE_CHECK(cudaDeviceSynchronize());
   unsigned wrong_warps = 0;
   for (unsigned w = 0; w < warps; ++w) {
     unsigned long long count = 0;
@@ -272,7 +261,7 @@ int main() {
   std::printf("heap: %zu and %zu blocks in use after the kernels, %llu failed allocations\n",
               after_threads.blocks_in_use, after_warps.blocks_in_use,
               static_cast<unsigned long long>(after_warps.failed_allocations));
-  SAMPLE_CHECK(cudaFree(results));
+  DEVMR_SAMPLE_CHECK(cudaFree(results));
   bool const ok = wrong_threads == 0 && wrong_warps == 0 && after_threads.blocks_in_use == 0 &&
                   after_warps.blocks_in_use == 0 && after_warps.failed_allocations == 0;
   std::printf("%s\n", ok ? "device_vector: OK" : "device_vector: FAILED");

@@ -2,6 +2,8 @@
 // divisors of its number), keeps it in a block from the slab heap, and a later kernel reads and
 // frees the blocks. The host checks the result and the heap's statistics.
 
+#include "sample_support.hpp"
+
 #include <devmr/devmr.hpp>
 
 #include <cuda_runtime_api.h>
@@ -54,41 +56,28 @@ __global__ void sum_and_free(devmr::slab_ref<> heap,
   heap.deallocate(lists[i].values, lists[i].count * sizeof(unsigned));
 }
 
-#define SAMPLE_CHECK(call)                                                                     \
-  do {                                                                                         \
-    cudaError_t const status = (call);                                                         \
-    if (status != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "heap_sample: %s failed: %s\n", #call, cudaGetErrorString(status)); \
-      return 1;                                                                                \
-    }                                                                                          \
-  } while (false)
-
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "heap_sample: no CUDA device found; this sample needs an NVIDIA GPU\n");
-    return 2;
-  }
+  devmr_samples::require_gpu("heap_sample");
   unsigned const n = 1u << 16;
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = std::size_t{512} << 20}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = std::size_t{256} << 20}};
 
   divisor_list* lists = nullptr;
   unsigned long long* sums = nullptr;
-  SAMPLE_CHECK(cudaMalloc(&lists, n * sizeof(divisor_list)));
-  SAMPLE_CHECK(cudaMallocManaged(&sums, n * sizeof(unsigned long long)));
+  DEVMR_SAMPLE_CHECK(cudaMalloc(&lists, n * sizeof(divisor_list)));
+  DEVMR_SAMPLE_CHECK(cudaMallocManaged(&sums, n * sizeof(unsigned long long)));
 
   find_divisors<<<n / 256, 256>>>(heap.ref(), lists, n);
-  SAMPLE_CHECK(cudaDeviceSynchronize());
+  DEVMR_SAMPLE_CHECK(cudaDeviceSynchronize());
   devmr::heap_stats const live = heap.stats();
   std::printf("after find_divisors: %zu blocks (%zu bytes) in use, %llu failed allocations\n",
               live.blocks_in_use, live.bytes_in_use,
               static_cast<unsigned long long>(live.failed_allocations));
 
   sum_and_free<<<n / 256, 256>>>(heap.ref(), lists, n, sums);
-  SAMPLE_CHECK(cudaDeviceSynchronize());
+  DEVMR_SAMPLE_CHECK(cudaDeviceSynchronize());
   devmr::heap_stats const done = heap.stats();
   std::printf("after sum_and_free:  %zu blocks in use\n", done.blocks_in_use);
 

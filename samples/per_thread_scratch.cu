@@ -4,6 +4,8 @@
 // the same length. Both are freed when the thread ends. The host computes every answer again and
 // compares; the heap must hold no block afterwards.
 
+#include "sample_support.hpp"
+
 #include <devmr/devmr.hpp>
 
 #include <cuda_runtime_api.h>
@@ -78,31 +80,17 @@ __global__ void solve(devmr::slab_ref<> heap, unsigned* answers) {
   answers[i] = longest_increasing(values, dp, n);
 }  // values and dp are freed here
 
-#define SAMPLE_CHECK(call)                                               \
-  do {                                                                   \
-    cudaError_t const status_ = (call);                                  \
-    if (status_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "per_thread_scratch: %s failed: %s\n", #call, \
-                   cudaGetErrorString(status_));                         \
-      return EXIT_FAILURE;                                               \
-    }                                                                    \
-  } while (false)
-
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "per_thread_scratch: no CUDA device found; this sample needs a GPU\n");
-    return 2;
-  }
+  devmr_samples::require_gpu("per_thread_scratch");
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = std::size_t{640} << 20}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = std::size_t{512} << 20}};
 
   unsigned* answers = nullptr;
-  SAMPLE_CHECK(cudaMallocManaged(&answers, threads * sizeof(unsigned)));
+  DEVMR_SAMPLE_CHECK(cudaMallocManaged(&answers, threads * sizeof(unsigned)));
   solve<<<threads / block_threads, block_threads>>>(heap.ref(), answers);
-  SAMPLE_CHECK(cudaDeviceSynchronize());
+  DEVMR_SAMPLE_CHECK(cudaDeviceSynchronize());
 
   std::vector<int> values(max_length);
   std::vector<unsigned> dp(max_length);
@@ -122,7 +110,7 @@ int main() {
               threads, max_length, longest, wrong);
   std::printf("heap after the kernel: %zu blocks in use, %llu failed allocations\n",
               stats.blocks_in_use, static_cast<unsigned long long>(stats.failed_allocations));
-  SAMPLE_CHECK(cudaFree(answers));
+  DEVMR_SAMPLE_CHECK(cudaFree(answers));
   bool const ok = wrong == 0 && stats.blocks_in_use == 0 && stats.failed_allocations == 0;
   std::printf("%s\n", ok ? "per_thread_scratch: OK" : "per_thread_scratch: FAILED");
   return ok ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -1,6 +1,8 @@
 // A device_pool used from host code: allocate a block on a stream, fill it from a kernel, copy it
 // back, verify, free it on the stream. Exits non-zero where there is no GPU.
 
+#include "sample_support.hpp"
+
 #include <devmr/pool_resource.hpp>
 
 #include <cuda_runtime_api.h>
@@ -18,23 +20,10 @@ __global__ void fill_squares(int* values, int count) {
   }
 }
 
-#define SAMPLE_CHECK(call)                                                                      \
-  do {                                                                                          \
-    cudaError_t const status_ = (call);                                                         \
-    if (status_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "pool_sample: %s failed: %s\n", #call, cudaGetErrorString(status_)); \
-      return EXIT_FAILURE;                                                                      \
-    }                                                                                           \
-  } while (false)
-
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "pool_sample: no CUDA device found; this sample needs a GPU\n");
-    return EXIT_FAILURE;
-  }
+  devmr_samples::require_gpu("pool_sample");
   try {
     // A pool of device memory on the current device: 64 MiB reserved now, at most 1 GiB ever.
     devmr::device_pool pool{
@@ -43,7 +32,7 @@ int main() {
                 pool.stats().reserved_bytes, pool.stats().arenas);
 
     cudaStream_t stream = nullptr;
-    SAMPLE_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    DEVMR_SAMPLE_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     constexpr int count = 1 << 20;
     constexpr std::size_t bytes = count * sizeof(int);
 
@@ -51,13 +40,13 @@ int main() {
     auto* values = static_cast<int*>(pool.allocate_async(bytes, alignof(int), stream));
     std::printf("allocate_async: %zu bytes at %p\n", bytes, static_cast<void*>(values));
     fill_squares<<<(count + 255) / 256, 256, 0, stream>>>(values, count);
-    SAMPLE_CHECK(cudaGetLastError());
+    DEVMR_SAMPLE_CHECK(cudaGetLastError());
 
     std::vector<int> host(count);
-    SAMPLE_CHECK(cudaMemcpyAsync(host.data(), values, bytes, cudaMemcpyDeviceToHost, stream));
+    DEVMR_SAMPLE_CHECK(cudaMemcpyAsync(host.data(), values, bytes, cudaMemcpyDeviceToHost, stream));
     // Freed on the stream: the pool hands the block to other streams only after the copy is done.
     pool.deallocate_async(values, bytes, alignof(int), stream);
-    SAMPLE_CHECK(cudaStreamSynchronize(stream));
+    DEVMR_SAMPLE_CHECK(cudaStreamSynchronize(stream));
 
     int wrong = 0;
     for (int i = 0; i < count; ++i) {
@@ -70,7 +59,7 @@ int main() {
                 static_cast<long long>(stats.blocks.total),
                 static_cast<long long>(stats.bytes.peak),
                 static_cast<long long>(stats.bytes.current));
-    SAMPLE_CHECK(cudaStreamDestroy(stream));
+    DEVMR_SAMPLE_CHECK(cudaStreamDestroy(stream));
     if (wrong != 0) {
       std::fprintf(stderr, "pool_sample: FAILED\n");
       return EXIT_FAILURE;

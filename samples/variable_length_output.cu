@@ -4,6 +4,8 @@
 // against its own computation, gathers every chunk's address and frees them all with one
 // deallocate_bulk (which needs no sizes).
 
+#include "sample_support.hpp"
+
 #include <devmr/devmr.hpp>
 
 #include <cuda_runtime_api.h>
@@ -72,32 +74,18 @@ __global__ void emit(managed_ref heap, output_list* lists) {
   lists[i] = out;
 }
 
-#define SAMPLE_CHECK(call)                                                   \
-  do {                                                                       \
-    cudaError_t const status_ = (call);                                      \
-    if (status_ != cudaSuccess) {                                            \
-      std::fprintf(stderr, "variable_length_output: %s failed: %s\n", #call, \
-                   cudaGetErrorString(status_));                             \
-      return EXIT_FAILURE;                                                   \
-    }                                                                        \
-  } while (false)
-
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "variable_length_output: no CUDA device found; this sample needs a GPU\n");
-    return 2;
-  }
+  devmr_samples::require_gpu("variable_length_output");
   devmr::managed_pool pool{devmr::pool_options{.initial_bytes = std::size_t{320} << 20}};
   devmr::slab_heap<devmr::memory_kind::managed> heap{
       pool, devmr::heap_options{.initial_bytes = std::size_t{256} << 20}};
 
   output_list* lists = nullptr;
-  SAMPLE_CHECK(cudaMallocManaged(&lists, threads * sizeof(output_list)));
+  DEVMR_SAMPLE_CHECK(cudaMallocManaged(&lists, threads * sizeof(output_list)));
   emit<<<threads / block_threads, block_threads>>>(heap.ref(), lists);
-  SAMPLE_CHECK(cudaDeviceSynchronize());
+  DEVMR_SAMPLE_CHECK(cudaDeviceSynchronize());
   devmr::heap_stats const live = heap.stats();
 
   // The host reads every list in place (managed memory) and collects the chunks' addresses.
@@ -108,7 +96,7 @@ int main() {
     }
   }
   void** blocks = nullptr;
-  SAMPLE_CHECK(cudaMallocManaged(&blocks, chunks * sizeof(void*)));
+  DEVMR_SAMPLE_CHECK(cudaMallocManaged(&blocks, chunks * sizeof(void*)));
   std::size_t gathered = 0;
   unsigned wrong = 0;
   unsigned incomplete = 0;
@@ -142,8 +130,8 @@ int main() {
       threads, total_values, longest, chunks, wrong, incomplete);
   std::printf("heap: %zu blocks in use after the kernel, %zu after deallocate_bulk\n",
               live.blocks_in_use, done.blocks_in_use);
-  SAMPLE_CHECK(cudaFree(blocks));
-  SAMPLE_CHECK(cudaFree(lists));
+  DEVMR_SAMPLE_CHECK(cudaFree(blocks));
+  DEVMR_SAMPLE_CHECK(cudaFree(lists));
   bool const ok =
       wrong == 0 && incomplete == 0 && live.blocks_in_use == chunks && done.blocks_in_use == 0;
   std::printf("%s\n", ok ? "variable_length_output: OK" : "variable_length_output: FAILED");

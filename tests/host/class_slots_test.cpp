@@ -512,6 +512,26 @@ std::uint64_t churn(Heap& heap, unsigned threads, std::uint64_t ops_per_thread, 
   return failures;
 }
 
+/// After a churn: the slots give their slabs up, and every slab that still has a class counts
+/// all its blocks free (listed ones stay listed). Returns how many have a class.
+template <class Heap>
+std::uint32_t settle_and_count_classed(Heap& heap) {
+  for (unsigned c = 0; c < test_classes; ++c) {
+    for (unsigned s = 0; s < heap.slots.slot_count(); ++s) {
+      heap.slots.vacate(c, s, 0);
+    }
+  }
+  std::uint32_t classed = 0;
+  for (std::uint32_t d = 0; d < heap.memory.slabs; ++d) {
+    std::uint32_t const c = heap.memory.cls[d];
+    if (c < test_classes) {
+      CHECK((heap.memory.avail[d] & avail_count_mask) == (test_slab_memory::max_blocks >> c));
+      ++classed;
+    }
+  }
+  return classed;
+}
+
 TEST_CASE("threads churning blocks of mixed lifetimes at 80% of the heap never fail",
           "[reuse][slots][threads]") {
   unsigned const threads = 8;
@@ -521,21 +541,8 @@ TEST_CASE("threads churning blocks of mixed lifetimes at 80% of the heap never f
   CHECK(failures == 0);
   CHECK(heap.double_handouts == 0);
   CHECK(heap.bad_blocks == 0);
-  // Every block is free: after the slots give their slabs up, every slab of a class counts all
-  // its blocks (listed ones stay listed), and every other is back among the empty ones.
-  for (unsigned c = 0; c < test_classes; ++c) {
-    for (unsigned s = 0; s < heap.slots.slot_count(); ++s) {
-      heap.slots.vacate(c, s, 0);
-    }
-  }
-  std::uint32_t listed = 0;
-  for (std::uint32_t id = 0; id < heap.memory.slabs; ++id) {
-    std::uint32_t const c = heap.memory.cls[id];
-    if (c < test_classes) {
-      CHECK((heap.memory.avail[id] & avail_count_mask) == (test_slab_memory::max_blocks >> c));
-      ++listed;
-    }
-  }
+  // Every block is free, and every slab without a class is back among the empty ones.
+  std::uint32_t const listed = settle_and_count_classed(heap);
   std::uint32_t empty = 0;
   while (heap.memory.empty().pop() != no_slab) {
     ++empty;
@@ -544,10 +551,6 @@ TEST_CASE("threads churning blocks of mixed lifetimes at 80% of the heap never f
   // Slabs were emptied and changed class on the way (the mix of classes moved).
   CHECK(heap.memory.empties > 0);
 }
-
-}  // namespace
-
-namespace {
 
 TEST_CASE("the reuse path over the heap's slab supply: two arenas, 80% live, never failing",
           "[reuse][slots][supply][threads]") {
@@ -558,21 +561,9 @@ TEST_CASE("the reuse path over the heap's slab supply: two arenas, 80% live, nev
   CHECK(failures == 0);
   CHECK(heap.double_handouts == 0);
   CHECK(heap.bad_blocks == 0);
-  for (unsigned c = 0; c < test_classes; ++c) {
-    for (unsigned s = 0; s < heap.slots.slot_count(); ++s) {
-      heap.slots.vacate(c, s, 0);
-    }
-  }
-  // Every slab of a class counts all its blocks free; the others are back in the supply, from
-  // which a search takes each once.
-  std::uint32_t classed = 0;
-  for (std::uint32_t d = 0; d < 256; ++d) {
-    std::uint32_t const c = heap.memory.cls[d];
-    if (c < test_classes) {
-      CHECK((heap.memory.avail[d] & avail_count_mask) == (test_slab_memory::max_blocks >> c));
-      ++classed;
-    }
-  }
+  // Every block is free, and every slab without a class is back in the supply, from which a
+  // search takes each once.
+  std::uint32_t const classed = settle_and_count_classed(heap);
   slab_supply const supply{&arenas.header()};
   std::vector<bool> seen(256);
   std::uint32_t taken = 0;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <type_traits>
 
@@ -104,7 +105,7 @@ DEVMR_HOST_DEVICE slab_ref<memory_kind::device> slab_path(slab_ref<Kind> const& 
 struct erased_user {
   thunk_pair host;
   thunk_pair device;
-  object_bytes object;
+  object_words object;
 };
 
 /// One of the targets, as the tag says. Every member is trivially copyable, and so the ref is.
@@ -129,16 +130,23 @@ union erased_storage {
  * functions of objects made on the host, so the ref carries a small tag. For the resources devmr
  * knows (slab_ref of each kind) it holds the slab_ref itself, by value, and a call tests the tag
  * and runs slab_ref's own inline fast path: no indirect call, nothing the compiler cannot inline,
- * one uniform branch on a kernel parameter on top of slab_ref, and a register or two more. Every
- * kind is held as the device kind's slab_ref, whose calls are the same, so that a kernel holds one
- * copy of the fast path, not one per kind. Any other type goes through a pair of thunks made for
- * it: the host's address for host calls, and a `__device__` address for device calls, which the ref
- * takes from the type's `__device__` table when it is made in device code, and reads from that
- * table once per type and device (`cudaMemcpyFromSymbol`) when it is made on the host. Without
- * relocatable device code each translation unit is a module of its own, and the host reads the
- * table of one of the modules that name the type: keep the kernels that call host-made refs to a
- * user's type in one translation unit per type, or link with relocatable device code (refs to
- * slab heaps have no such limit).
+ * one uniform branch on a kernel parameter on top of slab_ref (a load of the tag, a compare and a
+ * branch before the heap's first atomic). Every kind is held as the device kind's slab_ref, whose
+ * calls are the same, so that a kernel holds one copy of the fast path, not one per kind. Any other
+ * type goes through a pair of thunks made for it: the host's address for host calls, and a
+ * `__device__` address for device calls, which the ref takes from the type's `__device__` table
+ * when it is made in device code, and reads from that table once per type and device
+ * (`cudaMemcpyFromSymbol`) when it is made on the host. Without relocatable device code each
+ * translation unit is a module of its own, and the host reads the table of one of the modules that
+ * name the type: keep the kernels that call host-made refs to a user's type in one translation unit
+ * per type, or link with relocatable device code (refs to slab heaps have no such limit).
+ *
+ * The branch to a user's type costs registers even in a kernel that never takes it: its call
+ * through a function pointer has a callee ptxas cannot see, so values live across it stay in the
+ * registers the calling convention preserves, and the heap's out-of-line slow paths are allocated
+ * around them. In scratch_bench's allocation kernel that is 82 registers against slab_ref's 80
+ * (ptxas, sm_90): at 256 threads a block, two blocks an SM instead of three. Where that matters,
+ * take a slab_ref.
  *
  * A user's type that is trivially copyable, at most 16 bytes and whose allocate/deallocate are
  * const (a ref-like type) is copied into the ref; any other is pointed at, so it must live in
@@ -193,10 +201,10 @@ class device_resource_ref {
       : target_{detail::alloc::erased_target::user} {
     auto& user = held_.user;
     if constexpr (detail::alloc::inline_resource<std::remove_const_t<Resource>>) {
-      std::memcpy(user.object.bytes, static_cast<void const*>(&resource), sizeof(Resource));
+      std::memcpy(user.object.words, static_cast<void const*>(&resource), sizeof(Resource));
     } else {
       Resource* object = &resource;
-      std::memcpy(user.object.bytes, &object, sizeof(object));
+      std::memcpy(user.object.words, &object, sizeof(object));
     }
 #if DEVMR_IS_DEVICE_CODE
     // Read from the type's __device__ table: naming it here, in code that device compilation
@@ -290,7 +298,7 @@ class device_resource_ref {
       // The thunks name the type; the object's bytes (a copy, or its address) the instance.
       return a.held_.user.host.allocate == b.held_.user.host.allocate &&
              a.held_.user.device.allocate == b.held_.user.device.allocate &&
-             same_bytes(a.held_.user.object.bytes, b.held_.user.object.bytes);
+             same_words(a.held_.user.object, b.held_.user.object);
     }
     return true;  // both refer to nothing
   }
@@ -316,10 +324,11 @@ class device_resource_ref {
                                           : erased_target::pinned_slab;
   }
 
-  /// Byte-wise equality of two user objects' storage (memcmp is not a device function).
-  DEVMR_HOST_DEVICE static bool same_bytes(std::byte const* a, std::byte const* b) noexcept {
-    for (std::size_t i = 0; i < detail::alloc::inline_object_bytes; ++i) {
-      if (a[i] != b[i]) {
+  /// Equality of two user objects' storage (memcmp is not a device function).
+  DEVMR_HOST_DEVICE static bool same_words(detail::alloc::object_words const& a,
+                                           detail::alloc::object_words const& b) noexcept {
+    for (std::size_t i = 0; i < std::size(a.words); ++i) {
+      if (a.words[i] != b.words[i]) {
         return false;
       }
     }

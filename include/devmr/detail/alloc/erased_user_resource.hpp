@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -25,13 +26,15 @@ inline constexpr std::size_t inline_object_bytes = 16;
 
 /// A user's resource as a ref holds it: a copy of it, or its address. Passed to the thunks by
 /// value, so that a call takes no address of the ref (a kernel parameter, which taking an address
-/// of would copy to the stack).
-struct object_bytes {
-  alignas(8) std::byte bytes[inline_object_bytes];
+/// of would copy to the stack). Held as 64-bit words, not bytes: a byte array passed by value
+/// reaches the call one byte at a time (shifts and byte permutes, ptxas sm_90), two words as two
+/// 64-bit moves.
+struct object_words {
+  std::uint64_t words[inline_object_bytes / sizeof(std::uint64_t)];
 };
 
-using allocate_fn = void* (*)(object_bytes object, std::size_t bytes, std::size_t alignment);
-using deallocate_fn = void (*)(object_bytes object,
+using allocate_fn = void* (*)(object_words object, std::size_t bytes, std::size_t alignment);
+using deallocate_fn = void (*)(object_words object,
                                void const* p,
                                std::size_t bytes,
                                std::size_t alignment);
@@ -52,7 +55,7 @@ concept const_allocating = requires(Resource const& r, void* p, std::size_t n) {
 /// True when a copy of the resource fits in a ref's object bytes.
 template <class Resource>
 inline constexpr bool fits_inline = sizeof(Resource) <= inline_object_bytes &&
-                                    alignof(Resource) <= alignof(object_bytes);
+                                    alignof(Resource) <= alignof(object_words);
 
 /// A resource kept inline: a trivially copyable value of a few words whose allocate and
 /// deallocate are const (a ref-like type, such as a user's own ref into device memory). A copy
@@ -63,22 +66,22 @@ concept inline_resource =
 
 /// Calls `f` with the resource that `object` holds: a copy of it, or the one it points at.
 template <class Resource, class F>
-DEVMR_HOST_DEVICE decltype(auto) with_object(object_bytes const& object, F&& f) {
+DEVMR_HOST_DEVICE decltype(auto) with_object(object_words const& object, F&& f) {
   if constexpr (inline_resource<std::remove_const_t<Resource>>) {
     // Trivially copyable: copying its bytes into storage makes a copy of the resource.
     alignas(Resource) std::byte storage[sizeof(Resource)];
-    std::memcpy(storage, object.bytes, sizeof(Resource));
+    std::memcpy(storage, object.words, sizeof(Resource));
     return f(*std::launder(reinterpret_cast<Resource const*>(storage)));
   } else {
     Resource* pointer = nullptr;
-    std::memcpy(static_cast<void*>(&pointer), object.bytes, sizeof(pointer));
+    std::memcpy(static_cast<void*>(&pointer), object.words, sizeof(pointer));
     return f(*pointer);
   }
 }
 
 DEVMR_EXEC_CHECK_DISABLE
 template <class Resource>
-DEVMR_HOST_DEVICE void* allocate_thunk(object_bytes object,
+DEVMR_HOST_DEVICE void* allocate_thunk(object_words object,
                                        std::size_t bytes,
                                        std::size_t alignment) {
   return with_object<Resource>(object,
@@ -87,7 +90,7 @@ DEVMR_HOST_DEVICE void* allocate_thunk(object_bytes object,
 
 DEVMR_EXEC_CHECK_DISABLE
 template <class Resource>
-DEVMR_HOST_DEVICE void deallocate_thunk(object_bytes object,
+DEVMR_HOST_DEVICE void deallocate_thunk(object_words object,
                                         void const* p,
                                         std::size_t bytes,
                                         std::size_t alignment) {

@@ -54,17 +54,27 @@ namespace devmr {
 template <class T, class Resource>
 class allocator {
  public:
+  /// The element type.
   using value_type = T;
+  /// The type of an element count.
   using size_type = std::size_t;
+  /// The type of a distance between two elements.
   using difference_type = std::ptrdiff_t;
+  /// The resource the allocator allocates from.
   using resource_type = Resource;
+  /// Propagated on copy assignment: the container takes the other's resource.
   using propagate_on_container_copy_assignment = std::true_type;
+  /// Propagated on move assignment: the container takes the other's resource with its blocks.
   using propagate_on_container_move_assignment = std::true_type;
+  /// Propagated on swap: the containers swap resources with their blocks.
   using propagate_on_container_swap = std::true_type;
+  /// Not always equal: two allocators are equal only when their resources are equal.
   using is_always_equal = std::false_type;
 
+  /// @brief The allocator over the same resource for element type `U`.
   template <class U>
   struct rebind {
+    /// `allocator<U, Resource>`.
     using other = allocator<U, Resource>;
   };
 
@@ -122,6 +132,7 @@ class allocator {
                                            allocator<U, Resource> const& b) noexcept {
     return a.resource() == b.resource();
   }
+  /// @brief Unequal when the resources are unequal.
   DEVMR_EXEC_CHECK_DISABLE
   template <class U>
   DEVMR_HOST_DEVICE friend bool operator!=(allocator const& a,

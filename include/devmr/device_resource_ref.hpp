@@ -302,6 +302,7 @@ class device_resource_ref {
     }
     return true;  // both refer to nothing
   }
+  /// @brief Unequal when the refs refer to different heaps or user objects.
   DEVMR_HOST_DEVICE friend bool operator!=(device_resource_ref const& a,
                                            device_resource_ref const& b) noexcept {
     return !(a == b);

@@ -26,6 +26,7 @@ class out_of_memory : public std::bad_alloc {
  public:
   /// @param what why the request could not be served
   explicit out_of_memory(std::string what);
+  /// @return why the request could not be served
   [[nodiscard]] char const* what() const noexcept override { return what_.c_str(); }
 
  private:

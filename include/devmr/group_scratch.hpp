@@ -39,9 +39,13 @@ class group_scratch {
   static_assert(std::is_trivially_copyable_v<Ref>, "group_scratch holds its ref by value");
 
  public:
+  /// The element type.
   using value_type = T;
+  /// The type of an element count or index.
   using size_type = std::size_t;
+  /// A pointer to an element.
   using iterator = T*;
+  /// A pointer to a const element.
   using const_iterator = T const*;
 
   /// Alignment of the block: T's, and at least 16 bytes.
@@ -71,15 +75,25 @@ class group_scratch {
   /// @brief True when the group holds its elements (the same answer in every member).
   __device__ explicit operator bool() const noexcept { return data_ != nullptr; }
 
+  /// @brief The first element, the same in every member (nullptr when empty).
   __device__ T* data() noexcept { return data_; }
+  /// @brief The first element, the same in every member (nullptr when empty).
   __device__ T const* data() const noexcept { return data_; }
+  /// @brief Number of elements held (0 when empty).
   __device__ size_type size() const noexcept { return size_; }
+  /// @brief True when the group holds no elements.
   __device__ bool empty() const noexcept { return size_ == 0; }
+  /// @brief Element `i` (unchecked; `i < size()`).
   __device__ T& operator[](size_type i) noexcept { return data_[i]; }
+  /// @brief Element `i` (unchecked; `i < size()`).
   __device__ T const& operator[](size_type i) const noexcept { return data_[i]; }
+  /// @brief The first element.
   __device__ iterator begin() noexcept { return data_; }
+  /// @brief Past the last element.
   __device__ iterator end() noexcept { return data_ + size_; }
+  /// @brief The first element.
   __device__ const_iterator begin() const noexcept { return data_; }
+  /// @brief Past the last element.
   __device__ const_iterator end() const noexcept { return data_ + size_; }
 
   /// @brief The group that holds the elements.

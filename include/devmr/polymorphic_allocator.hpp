@@ -40,18 +40,27 @@ namespace devmr {
 template <class T, class... Properties>
 class polymorphic_allocator {
  public:
+  /// The element type.
   using value_type = T;
+  /// The type of an element count.
   using size_type = std::size_t;
+  /// The type of a distance between two elements.
   using difference_type = std::ptrdiff_t;
   /// The reference held (CCCL 3.0: resource_ref; >= 3.1: synchronous_resource_ref).
   using resource_ref_type = detail::alloc::synchronous_ref<Properties...>;
+  /// Not propagated on copy assignment: the container keeps its own resource.
   using propagate_on_container_copy_assignment = std::false_type;
+  /// Not propagated on move assignment: the container keeps its own resource.
   using propagate_on_container_move_assignment = std::false_type;
+  /// Not propagated on swap: each container keeps its own resource.
   using propagate_on_container_swap = std::false_type;
+  /// Not always equal: two allocators are equal only when their references are equal.
   using is_always_equal = std::false_type;
 
+  /// @brief The allocator over the same resource for element type `U`.
   template <class U>
   struct rebind {
+    /// `polymorphic_allocator<U, Properties...>`.
     using other = polymorphic_allocator<U, Properties...>;
   };
 
@@ -101,6 +110,7 @@ class polymorphic_allocator {
                          polymorphic_allocator<U, Properties...> const& b) noexcept {
     return a.resource() == b.resource();
   }
+  /// @brief Unequal when the references are unequal.
   template <class U>
   friend bool operator!=(polymorphic_allocator const& a,
                          polymorphic_allocator<U, Properties...> const& b) noexcept {

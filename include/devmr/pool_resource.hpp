@@ -25,9 +25,9 @@ struct pool_options {
 struct pool_stats {
   /// @brief One counter: its value now, its highest value, and the sum of all increments.
   struct counter {
-    std::int64_t current = 0;
-    std::int64_t peak = 0;
-    std::int64_t total = 0;
+    std::int64_t current = 0;  ///< the value now
+    std::int64_t peak = 0;     ///< the highest value so far
+    std::int64_t total = 0;    ///< the sum of all increments
   };
   counter bytes;                   ///< requested bytes of the blocks users hold (not rounded)
   counter blocks;                  ///< blocks users hold; total counts every allocation served
@@ -89,6 +89,7 @@ class pool_resource {
   ~pool_resource();
   /// @brief Moves the pool; the moved-from object may only be destroyed or assigned to.
   pool_resource(pool_resource&&) noexcept;
+  /// @brief Gives this pool's arenas back (as the destructor does) and takes the other's pool.
   pool_resource& operator=(pool_resource&&) noexcept;
   pool_resource(pool_resource const&) = delete;
   pool_resource& operator=(pool_resource const&) = delete;
@@ -178,6 +179,7 @@ class pool_resource {
   friend bool operator==(pool_resource const& a, pool_resource const& b) noexcept {
     return a.core_.get() == b.core_.get();
   }
+  /// @return true when they are different pools
   friend bool operator!=(pool_resource const& a, pool_resource const& b) noexcept {
     return !(a == b);
   }

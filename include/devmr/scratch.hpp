@@ -37,9 +37,13 @@ class scratch {
   static_assert(std::is_trivially_copyable_v<Ref>, "scratch holds its ref by value");
 
  public:
+  /// The element type.
   using value_type = T;
+  /// The type of an element count or index.
   using size_type = std::size_t;
+  /// A pointer to an element.
   using iterator = T*;
+  /// A pointer to a const element.
   using const_iterator = T const*;
 
   /// Alignment of the block: T's, and at least 16 bytes (what every devmr block has).
@@ -60,12 +64,14 @@ class scratch {
     }
   }
 
+  /// @brief Takes `other`'s elements; `other` is left empty.
   DEVMR_DEVICE scratch(scratch&& other) noexcept
       : ref_{other.ref_}, data_{other.data_}, size_{other.size_} {
     other.data_ = nullptr;
     other.size_ = 0;
   }
 
+  /// @brief Frees this scratch's elements and takes `other`'s; `other` is left empty.
   DEVMR_DEVICE scratch& operator=(scratch&& other) noexcept {
     if (this != &other) {
       release();
@@ -87,21 +93,29 @@ class scratch {
   /// @brief True when the scratch holds its elements (the allocation succeeded).
   DEVMR_DEVICE explicit operator bool() const noexcept { return data_ != nullptr; }
 
+  /// @brief The first element (nullptr when empty).
   DEVMR_DEVICE T* data() noexcept { return data_; }
+  /// @brief The first element (nullptr when empty).
   DEVMR_DEVICE T const* data() const noexcept { return data_; }
   /// @brief Number of elements held (0 when empty).
   DEVMR_DEVICE size_type size() const noexcept { return size_; }
+  /// @brief True when the scratch holds no elements.
   DEVMR_DEVICE bool empty() const noexcept { return size_ == 0; }
   /// @brief The most elements a scratch can ask for.
   DEVMR_DEVICE static constexpr size_type max_size() noexcept { return ~size_type{0} / sizeof(T); }
 
   /// @brief Element `i` (unchecked; `i < size()`).
   DEVMR_DEVICE T& operator[](size_type i) noexcept { return data_[i]; }
+  /// @brief Element `i` (unchecked; `i < size()`).
   DEVMR_DEVICE T const& operator[](size_type i) const noexcept { return data_[i]; }
 
+  /// @brief The first element.
   DEVMR_DEVICE iterator begin() noexcept { return data_; }
+  /// @brief Past the last element.
   DEVMR_DEVICE iterator end() noexcept { return data_ + size_; }
+  /// @brief The first element.
   DEVMR_DEVICE const_iterator begin() const noexcept { return data_; }
+  /// @brief Past the last element.
   DEVMR_DEVICE const_iterator end() const noexcept { return data_ + size_; }
 
   /// @brief The ref the elements came from.

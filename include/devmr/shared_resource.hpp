@@ -154,6 +154,7 @@ class shared_resource
   friend bool operator==(shared_resource const& a, shared_resource const& b) {
     return a.resource_ == b.resource_ || a.upstream_resource() == b.upstream_resource();
   }
+  /// @brief Unequal when the resources are unequal.
   friend bool operator!=(shared_resource const& a, shared_resource const& b) { return !(a == b); }
 
  private:

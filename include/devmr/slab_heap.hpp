@@ -40,6 +40,7 @@ struct heap_stats {
   std::size_t blocks_in_use = 0;  ///< blocks in use, small and large
   std::size_t large_blocks_in_use = 0;  ///< blocks above 512 KiB (runs of slabs) in use
   std::size_t large_bytes_in_use = 0;   ///< bytes of those runs
+  /// Per size class, smallest block size first.
   std::array<size_class, num_size_classes> classes{};
   /// Bytes of the slabs that hold blocks in use (1 MiB each; large blocks' runs whole): what the
   /// heap holds for its live blocks. `held_bytes - bytes_in_use` is what the blocks in use keep
@@ -97,7 +98,9 @@ class slab_heap {
    */
   explicit slab_heap(pool_resource<Kind>& upstream, heap_options options = {});
   ~slab_heap();
+  /// @brief Takes `other`'s heap; `other` is left holding nothing (its ref() refers to nothing).
   slab_heap(slab_heap&& other) noexcept;
+  /// @brief Gives this heap's memory back (as the destructor does) and takes `other`'s heap.
   slab_heap& operator=(slab_heap&& other) noexcept;
   slab_heap(slab_heap const&) = delete;
   slab_heap& operator=(slab_heap const&) = delete;
@@ -143,6 +146,7 @@ class slab_heap {
 
   /// @brief Bytes of all arenas.
   [[nodiscard]] std::size_t capacity() const noexcept;
+  /// @brief The options, with `initial_bytes` resolved to what construction took.
   [[nodiscard]] heap_options const& options() const noexcept { return options_; }
 
  private:

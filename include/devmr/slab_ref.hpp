@@ -145,6 +145,7 @@ class slab_ref {
   DEVMR_HOST_DEVICE friend bool operator==(slab_ref const& a, slab_ref const& b) noexcept {
     return a.header_ == b.header_;
   }
+  /// @brief Two refs are unequal when they refer to different heaps.
   DEVMR_HOST_DEVICE friend bool operator!=(slab_ref const& a, slab_ref const& b) noexcept {
     return !(a == b);
   }

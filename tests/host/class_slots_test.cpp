@@ -271,8 +271,8 @@ struct test_slabs {
 };
 
 /// The Slabs policy of class_slots over the heap's slab supply: empty slabs come from it
-/// (search_run, as a slot's install takes one) and go back to it (marked in their arena's
-/// bitmap, with the release that the supply's take acquires). Slab ids name arenas of
+/// (as the heap's acquire_run takes one: see devmr_test::take_one) and go back to it (marked in
+/// their arena's bitmap, with the release that the supply's take acquires). Slab ids name arenas of
 /// `per_arena` slabs; test_slab_memory holds them arena after arena.
 struct supply_slabs {
   test_slab_memory* m;
@@ -300,7 +300,9 @@ struct supply_slabs {
     return make_slab_id(part, member);
   }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[dense(id)]).store(c, relaxed); }
-  std::uint32_t take_empty(unsigned hint) const { return supply().search_run(1, hint); }
+  std::uint32_t take_empty(unsigned hint) const {
+    return devmr_test::take_one(supply(), *header, hint);
+  }
   void give_empty(std::uint32_t id, unsigned) const {
     atomic(m->cls[dense(id)]).store(0xffu, relaxed);
     m->empties.fetch_add(1, std::memory_order_relaxed);

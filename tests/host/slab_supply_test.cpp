@@ -92,10 +92,7 @@ TEST_CASE("threads taking and returning single slabs never share one", "[supply]
       std::vector<std::uint32_t> held;
       for (int i = 0; i < 20000; ++i) {
         if (held.size() < 64 && i % 3 != 2) {
-          std::uint32_t id = s.take_near(static_cast<unsigned>(t));
-          if (id == no_slab) {
-            id = s.take_far(static_cast<unsigned>(t));
-          }
+          std::uint32_t const id = devmr_test::take_one(s, f.header(), static_cast<unsigned>(t));
           if (id == no_slab) {
             ++lost;  // 8 x 64 held at most: 1024 slabs always leave some
             continue;

@@ -2,6 +2,7 @@
 // supply and of what is built on it (the supply never touches a slab's memory).
 #pragma once
 
+#include <devmr/detail/heap/atomics.hpp>
 #include <devmr/detail/heap/format.hpp>
 #include <devmr/detail/heap/slab_supply.hpp>
 
@@ -56,5 +57,23 @@ class supply_fixture {
   std::unique_ptr<heap_header> header_;
   std::vector<void*> memory_;
 };
+
+/// One slab from `supply`, as the heap's acquire_run takes one: a search, and while memory is
+/// in flight (a word of marks or a run being moved by another thread) or came back meanwhile,
+/// another search; no_slab only when a search found none with nothing in flight.
+inline std::uint32_t take_one(slab_supply const& supply, heap_header& h, unsigned hint) {
+  for (unsigned attempt = 0;; ++attempt) {
+    std::uint64_t const returned = atomic(h.runs_returned.value).load(acquire);
+    std::uint32_t const id = supply.search_run(1, hint);
+    if (id != no_slab || attempt == 1000) {
+      return id;
+    }
+    if (atomic(h.runs_in_flight.value).load(acquire) == 0 &&
+        atomic(h.runs_returned.value).load(acquire) == returned) {
+      return no_slab;
+    }
+    pause_briefly();
+  }
+}
 
 }  // namespace devmr_test

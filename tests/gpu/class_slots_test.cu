@@ -5,10 +5,11 @@
 // one allocates a block and tags it. Half of the slots are full in the steady state, and the
 // threads are as many as put 80% of the heap in live blocks.
 
+#include "../slab_stack.hpp"
+
 #include <devmr/detail/heap/class_ops.cuh>
 #include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/layout.hpp>
-#include <devmr/detail/heap/slab_stack.hpp>
 
 #include "../../bench/block_sizes.hpp"
 

@@ -3,13 +3,13 @@
 // through a table (an exchange from "nobody" to its owner), so a block handed out twice fails
 // the test at once; tags at both ends catch a block written by two owners.
 
+#include "../slab_stack.hpp"
 #include "supply_fixture.hpp"
 
 #include <devmr/detail/heap/block_bitmap.hpp>
 #include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/slab_avail.hpp>
 #include <devmr/detail/heap/slab_set.hpp>
-#include <devmr/detail/heap/slab_stack.hpp>
 #include <devmr/detail/heap/slab_supply.hpp>
 
 #include <catch2/catch.hpp>

@@ -27,4 +27,36 @@ DEVMR_HOST_DEVICE constexpr bool is_power_of_two(std::size_t x) {
   return x != 0 && (x & (x - 1)) == 0;
 }
 
+/// The number of set bits of `x`.
+DEVMR_HOST_DEVICE inline unsigned popcount32(std::uint32_t x) {
+#if DEVMR_IS_DEVICE_CODE
+  return static_cast<unsigned>(__popc(x));
+#else
+  return static_cast<unsigned>(__builtin_popcount(x));
+#endif
+}
+
+/// The index of the lowest set bit of `x` (not 0).
+DEVMR_HOST_DEVICE inline std::uint32_t lowest_bit_index(std::uint32_t x) {
+#if DEVMR_IS_DEVICE_CODE
+  return static_cast<std::uint32_t>(__ffs(static_cast<int>(x)) - 1);
+#else
+  return static_cast<std::uint32_t>(__builtin_ctz(x));
+#endif
+}
+
+/// The `n` lowest set bits of `x` (all of them when it has no more than `n`).
+DEVMR_HOST_DEVICE inline std::uint32_t lowest_bits(std::uint32_t x, unsigned n) {
+#if DEVMR_IS_DEVICE_CODE
+  unsigned const past = __fns(x, 0, static_cast<int>(n) + 1);  // the (n + 1)th set bit
+  return past >= 32 ? x : x & ((1u << past) - 1);
+#else
+  std::uint32_t rest = x;
+  for (unsigned i = 0; i < n && rest != 0; ++i) {
+    rest &= rest - 1;
+  }
+  return x & ~rest;
+#endif
+}
+
 }  // namespace devmr::detail::heap

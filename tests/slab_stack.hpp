@@ -1,6 +1,8 @@
 #pragma once
 
-// A lock-free stack of slabs (a Treiber stack): a 64-bit head holding the top slab's id and a tag
+// For tests: the supplies of empty slabs that the reuse path's tests give it in place of the
+// heap's slab supply (whose own stacks, in slab_supply.hpp, are tuned to its metadata). A
+// lock-free stack of slabs (a Treiber stack): a 64-bit head holding the top slab's id and a tag
 // that every push and pop changes, so that a pop whose top was popped and pushed again meanwhile
 // fails its CAS instead of linking a stale `next`. Slabs link through a 32-bit field of their
 // metadata, which the caller's `next(id)` names. An id of no_slab ends the stack.

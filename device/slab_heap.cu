@@ -46,12 +46,13 @@ __global__ void free_kernel(heap_header* h, void const* p, std::size_t size) {
 __global__ void free_bulk_kernel(heap_header* h, void* const* blocks, std::size_t count) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    device_deallocate(h, blocks[i], 0);  // sizes unknown: the slabs' fronts tell
+    device_deallocate(h, blocks[i], 0);  // sizes unknown: the slabs' tags tell
   }
 }
 
-/// Forgets every block: frontiers back to the start, stacks, slots and empty-slab bitmaps
-/// cleared. Slab metadata stays as it is: a slab is formatted again when it is next taken.
+/// Forgets every block: frontiers back to the start, stacks, slots, lists of slabs to reuse and
+/// empty-slab bitmaps cleared. Slab metadata stays as it is: a slab is formatted again when it is
+/// next taken.
 __global__ void reset_kernel(heap_header* h) {
   unsigned const t = threadIdx.x;
   for (unsigned a = t; a < max_arenas; a += blockDim.x) {
@@ -65,11 +66,9 @@ __global__ void reset_kernel(heap_header* h) {
   }
   if (t == 0) {
     h->runs_in_flight.value = 0;
-    h->idle_slots.value = 0;
   }
-  for (unsigned s = t; s < num_groups * max_slots; s += blockDim.x) {
-    slot_word_of(*h, s / max_slots, s % max_slots) = empty_slot;
-    spare_word_of(*h, s / max_slots, s % max_slots) = no_slab;
+  for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
+    h->slots[s / num_classes].classes[s % num_classes] = vacant_class_slot;
   }
   for (unsigned s = t; s < max_slots; s += blockDim.x) {
     h->empty_cursor[s] = first_cursor(*h, s);
@@ -79,51 +78,11 @@ __global__ void reset_kernel(heap_header* h) {
     for (std::uint64_t w = t; w < words; w += blockDim.x) {
       h->arenas[a].empty_bits[w] = 0;
     }
+    std::uint64_t const lists = num_classes * listed_words(h->arenas[a].slabs);
+    for (std::uint64_t w = t; w < lists; w += blockDim.x) {
+      h->arenas[a].listed[w] = 0;
+    }
   }
-}
-
-/// Gives each slot that kernels use (heap_core::slots_in_use) a slab of its own, in every group
-/// of two classes while they stay within half of the heap, smallest groups first
-/// (heap_core::prime_count, heap_core::prime). So the first claims on an SM after a heap is
-/// made, grown or reset find a slab instead of all waiting for one install per group (on the
-/// H200, 2^16 threads asking for 16 B blocks wait about 3 us for it). The
-/// slabs are fresh ones in a row, slot after slot and group after group, so that every reset
-/// places a slot's blocks where the last one did. Where the heap is large enough, each slot
-/// also gets a spare, formatted for it, for its next install (heap_core::spare_count,
-/// heap_core::add_spare); the spares lie in a row after the primed slabs. A slot's slabs come
-/// back to the others when memory runs short (heap_core::reclaim_slab, heap_core::close_slots).
-/// One block of threads.
-__global__ void prime_kernel(heap_header* h) {
-  heap_core const core{h};
-  unsigned const slots = core.slots_in_use();
-  unsigned const count = core.prime_count();
-  if (count == 0) {
-    return;
-  }
-  __shared__ std::uint32_t first;
-  __shared__ std::uint32_t spares;
-  if (threadIdx.x == 0) {
-    std::uint32_t want = core.spare_count(count);
-    first = core.take_prime_slabs(count, want);
-    spares = want;
-  }
-  __syncthreads();
-  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {
-    core.prime_slot(i, slots, first, count, spares);
-  }
-}
-
-/// Launches prime_kernel on `stream`.
-void prime(heap_header* h, cudaStream_t stream) {
-  prime_kernel<<<1, 1024, 0, stream>>>(h);
-  DEVMR_CUDA_TRY(cudaPeekAtLastError());
-}
-
-/// Primes on the legacy stream and waits for it (construction and grow): kernels launched
-/// afterwards, on any stream, then run after it, as the spares need (heap_core::add_spare).
-void prime_and_wait(heap_header* h) {
-  prime(h, cudaStreamLegacy);
-  DEVMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 /// Adds up the blocks in use of every slab handed out so far (heads only: body slabs of runs and
@@ -134,27 +93,18 @@ __global__ void stats_kernel(heap_header* h, scan_totals* totals) {
     std::uint64_t const end = min(h->frontier[a], h->arenas[a].slabs);
     for (std::size_t s = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; s < end; s += stride) {
       slab_meta const& m = h->arenas[a].meta[s];
-      unsigned g = 0;
-      std::uint64_t small = 0;
-      std::uint64_t large = 0;
-      if (!slab_usage(*h, make_slab_id(a, static_cast<std::uint32_t>(s)), m, g, small, large)) {
-        continue;
-      }
-      if (g < num_groups) {
-        // A slab counts for each class it holds blocks of (for its small class when none).
-        atomicAdd(&totals->blocks[2 * g], small);
-        atomicAdd(&totals->blocks[2 * g + 1], large);
-        if (small != 0 || large == 0) {
-          atomicAdd(&totals->slabs[2 * g], 1ull);
-        }
-        if (large != 0) {
-          atomicAdd(&totals->slabs[2 * g + 1], 1ull);
-        }
-        if (small != 0 || large != 0) {
+      unsigned cls = 0;
+      std::uint32_t in_use = 0;
+      slab_use const use =
+          slab_usage(*h, make_slab_id(a, static_cast<std::uint32_t>(s)), m, cls, in_use);
+      if (use == slab_use::small) {
+        atomicAdd(&totals->blocks[cls], static_cast<unsigned long long>(in_use));
+        atomicAdd(&totals->slabs[cls], 1ull);
+        if (in_use != 0) {
           atomicAdd(&totals->held_slabs, 1ull);
         }
-      } else if (small != 0) {
-        atomicAdd(&totals->large_blocks, small);
+      } else if (use == slab_use::large) {
+        atomicAdd(&totals->large_blocks, 1ull);
         atomicAdd(&totals->large_slabs, static_cast<unsigned long long>(m.length));
       }
     }
@@ -272,7 +222,6 @@ slab_heap<Kind>::slab_heap(pool_resource<Kind>& upstream, heap_options options)
     add_arena(options_.initial_bytes);
     detail::device_guard const guard{device_};
     DEVMR_CUDA_TRY(cudaMemcpy(header_, image_.get(), sizeof(hp::heap_header), cudaMemcpyDefault));
-    hp::prime_and_wait(header_);
   } catch (...) {
     destroy();
     throw;
@@ -299,22 +248,26 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
     throw out_of_memory("devmr: growing the heap by " + std::to_string(slabs * hp::slab_bytes) +
                         " bytes would pass heap_options::maximum_bytes");
   }
-  // The metadata and, after it, the bitmap of empty slabs, which must start out clear.
+  // The metadata and, after it, the bitmap of empty slabs and the lists of slabs to reuse, which
+  // must start out clear; the block bitmaps apart (a slab's is formatted when it takes a class).
   std::size_t const empty_offset = slabs * sizeof(hp::slab_meta);
-  arena_memory a{nullptr, slabs * hp::slab_bytes,
-                 nullptr, empty_offset + hp::empty_words(slabs) * sizeof(std::uint64_t),
-                 nullptr, options_.checked ? slabs * hp::check_words_per_slab * 8 : 0};
+  std::size_t const listed_offset = empty_offset + hp::empty_words(slabs) * sizeof(std::uint64_t);
+  arena_memory a{
+      nullptr, slabs * hp::slab_bytes,
+      nullptr, listed_offset + hp::num_classes * hp::listed_words(slabs) * sizeof(std::uint32_t),
+      nullptr, slabs * hp::block_words_per_slab * sizeof(std::uint32_t)};
   try {
     a.data = upstream_->allocate(a.data_bytes, hp::slab_bytes);
     a.meta = upstream_->allocate(a.meta_bytes, 256);
+    a.bits = upstream_->allocate(a.bits_bytes, 256);
     // On the legacy stream: the synchronous header copies that publish the arena follow it.
     detail::device_guard const guard{device_};
     DEVMR_CUDA_TRY(
         cudaMemset(static_cast<std::byte*>(a.meta) + empty_offset, 0, a.meta_bytes - empty_offset));
-    if (a.bits_bytes != 0) {
-      a.bits = upstream_->allocate(a.bits_bytes, 256);
-    }
   } catch (...) {
+    if (a.bits != nullptr) {
+      upstream_->deallocate(a.bits, a.bits_bytes, 256);
+    }
     if (a.meta != nullptr) {
       upstream_->deallocate(a.meta, a.meta_bytes, 256);
     }
@@ -323,12 +276,12 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
     }
     throw;
   }
-  hp::add_arena(
-      *image_,
-      hp::arena_desc{
-          static_cast<std::byte*>(a.data), static_cast<hp::slab_meta*>(a.meta),
-          static_cast<std::uint64_t*>(a.bits),
-          reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(a.meta) + empty_offset), slabs});
+  auto* const meta_bytes = static_cast<std::byte*>(a.meta);
+  hp::add_arena(*image_,
+                hp::arena_desc{static_cast<std::byte*>(a.data), static_cast<hp::slab_meta*>(a.meta),
+                               static_cast<std::uint32_t*>(a.bits),
+                               reinterpret_cast<std::uint32_t*>(meta_bytes + listed_offset),
+                               reinterpret_cast<std::uint64_t*>(meta_bytes + empty_offset), slabs});
   arenas_.push_back(a);
 }
 
@@ -350,7 +303,6 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
                             cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->arena_count, &image_->arena_count, sizeof(std::uint32_t),
                             cudaMemcpyDefault));
-  hp::prime_and_wait(header_);  // the slots that a larger mask brings into use
   std::lock_guard lock{hp::registry_mutex};
   auto const base = reinterpret_cast<std::uintptr_t>(arenas_.back().data);
   hp::registry()[header_].ranges.emplace_back(base, base + arenas_.back().data_bytes);
@@ -362,7 +314,6 @@ void slab_heap<Kind>::reset(cuda::stream_ref stream) {
   detail::device_guard const guard{device_};
   hp::reset_kernel<<<1, 256, 0, stream.get()>>>(header_);
   DEVMR_CUDA_TRY(cudaPeekAtLastError());
-  hp::prime(header_, stream.get());
 }
 
 template <memory_kind Kind>
@@ -481,9 +432,7 @@ void slab_heap<Kind>::destroy() noexcept {
     hp::registry().erase(header_);
   }
   for (auto const& a : arenas_) {
-    if (a.bits != nullptr) {
-      upstream_->deallocate(a.bits, a.bits_bytes, 256);
-    }
+    upstream_->deallocate(a.bits, a.bits_bytes, 256);
     upstream_->deallocate(a.meta, a.meta_bytes, 256);
     upstream_->deallocate(a.data, a.data_bytes, hp::slab_bytes);
   }

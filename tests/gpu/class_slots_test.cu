@@ -69,6 +69,7 @@ struct device_slabs {
   DEVMR_HOST_DEVICE void format(std::uint32_t id, unsigned c) const {
     atomic(classes[id]).store(c, relaxed);
   }
+  DEVMR_HOST_DEVICE bool bump_fresh() const { return true; }
   DEVMR_HOST_DEVICE slab_stack<stack_link> empty(unsigned shard) const {
     return {empty_heads[shard % empty_shards], stack_link{next_words}};
   }
@@ -153,10 +154,12 @@ __global__ void churn_kernel(engine slots,
           ++bad;
         }
         std::size_t const off = static_cast<std::size_t>(p - s.base);
-        __syncwarp(__activemask());
+        unsigned const callers = __activemask();
+        __syncwarp(callers);
         release_fence();
         warp_free(slots, static_cast<std::uint32_t>(off >> slab_shift), c,
-                  static_cast<std::uint32_t>((off & (slab_bytes - 1)) >> (c + 4)), true, sm);
+                  static_cast<std::uint32_t>((off & (slab_bytes - 1)) >> (c + 4)), true, sm,
+                  callers);
         p = nullptr;
         ++frees;
         continue;
@@ -419,12 +422,13 @@ __global__ void warp_free_kernel(engine slots,
   device_slabs const& s = slots.slabs();
   std::byte* const p = blocks[i];
   unsigned const c = class_for(fixed, i, 0, 0);
-  __syncwarp(__activemask());
+  unsigned const callers = __activemask();
+  __syncwarp(callers);
   release_fence();
   std::size_t const off = static_cast<std::size_t>(p - s.base);
   warp_free(slots, static_cast<std::uint32_t>(off >> slab_shift), c,
             static_cast<std::uint32_t>((off & (slab_bytes - 1)) >> (c + 4)), p != nullptr,
-            this_sm());
+            this_sm(), callers);
 }
 
 /// The bump-pointer floor: one warp-aggregated atomic on one counter, blocks never freed.

@@ -430,9 +430,10 @@ TEST_CASE("out-of-memory storms return nullptr, count it, and recover after free
   allocate_verify_free(heap, most, 4096, 16);
 }
 
-/// One block of threads allocates `bytes` for every entry of `blocks`, in turns.
+/// One block of threads allocates `bytes` for every entry of `blocks`, in turns. A block of 1024
+/// threads has 64 registers a thread: the bounds tell ptxas so (see README, Limits).
 template <class Ref>
-__global__ void allocate_in_one_block(
+__global__ void __launch_bounds__(1024) allocate_in_one_block(
     Ref ref, void** blocks, std::size_t* sizes, std::uint32_t n, std::size_t bytes) {
   for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
     void* p = ref.allocate(bytes);
@@ -444,13 +445,10 @@ __global__ void allocate_in_one_block(
   }
 }
 
-TEST_CASE("one SM fills the heap: the slabs primed for every SM's slots come back to it",
-          "[heap][gpu]") {
+TEST_CASE("one SM fills the heap: every slab comes to it", "[heap][gpu]") {
   devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
-  // Construction gave each of the 128 slots of the four smallest groups a slab: half of this
-  // heap (the group of 4 KiB blocks starts vacant). A kernel on one SM asking for twice the heap in
-  // 4 KiB blocks gets them all the same.
+  // A kernel on one SM asking for twice the heap in 4 KiB blocks gets every block of it.
   block_table table{static_cast<std::uint32_t>(2 * heap.capacity() / 4096)};
   allocate_in_one_block<<<1, 1024>>>(heap.ref(), table.blocks, table.sizes, table.n, 4096);
   CUDA_CHECK(cudaGetLastError());
@@ -465,47 +463,131 @@ TEST_CASE("one SM fills the heap: the slabs primed for every SM's slots come bac
   CHECK(heap.stats().blocks_in_use == 0);
 }
 
-TEST_CASE(
-    "spare slabs: every slot gets one where the heap allows, installs take them, and they "
-    "come back",
-    "[heap][gpu]") {
-  int device = 0;
-  int sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // 48 MiB per SM: every SM has a slot, and a slab and a spare for each of its groups fit in
-  // half of the heap (5.0 GiB on the H200's 132 SMs, from 32 MiB per SM).
-  std::size_t const bytes = std::max(2 * gib, 48 * mib * static_cast<std::size_t>(sms));
-  devmr::device_pool pool{devmr::pool_options{.initial_bytes = bytes + gib}};
-  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = bytes}};
-  // Every group's slots hold a slab and a spare, with no block in use: both count for the
-  // group's small class.
-  auto const primed = heap.stats();
-  CHECK(primed.blocks_in_use == 0);
-  CHECK(primed.classes[0].slabs >= 2 * static_cast<std::size_t>(sms));
-  for (std::size_t c = 0; c < devmr::heap_stats::num_size_classes; ++c) {
-    INFO("size class " << c);
-    CHECK(primed.classes[c].slabs == (c % 2 == 0 ? primed.classes[0].slabs : 0));
+/// One round of the steady-churn protocol (docs/design.md): slot j of thread i toggles with
+/// probability 2^-(j+1); a full slot checks its block's tags and frees it, an empty one allocates
+/// a block (of `fixed` bytes, or mixed sizes when 0) and tags it. Counts failed allocations and
+/// damaged tags.
+__global__ void steady_round(devmr::slab_ref<> ref,
+                             void** held,
+                             std::uint32_t* held_bytes,
+                             std::uint32_t n,
+                             std::uint32_t round,
+                             std::size_t fixed,
+                             unsigned long long* failures,
+                             unsigned long long* bad) {
+  std::uint32_t const i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) {
+    return;
   }
-  // 4 KiB blocks for 2^16 threads: 256 MiB, more than the slabs primed for the class hold. The
-  // SMs that use theirs up install their spares: once the blocks are freed, those slots hold
-  // one slab of the class (the spare, partly handed out) where they held two.
-  block_table table{1u << 16};
-  allocate_verify_free(heap, table, 4096, 16);
-  std::size_t const class_4k = 8;
-  CHECK(heap.stats().classes[class_4k].slabs < primed.classes[class_4k].slabs);
-  // Nothing is live: the slots give up every spare and slab for one block of the whole heap.
-  for (int round = 0; round < 2; ++round) {
-    void* whole = heap.ref().allocate(heap.capacity());
-    CHECK(whole != nullptr);
-    CHECK(heap.stats().large_blocks_in_use == 1);
-    heap.ref().deallocate(whole, heap.capacity());
-    CHECK(heap.stats().blocks_in_use == 0);
-    // A reset primes the slots and their spares again.
-    heap.reset();
-    CHECK(heap.stats().classes[0].slabs == primed.classes[0].slabs);
-    allocate_verify_free(heap, table, 0, 16);
+  std::uint32_t const h = fmix32(i ^ (round * 0x85ebca6bu) ^ 0x27d4eb2fu);
+  for (unsigned j = 0; j < 4; ++j) {
+    if ((h >> (8 * j)) % (2u << j) != 0) {
+      continue;
+    }
+    void*& p = held[4 * std::size_t{i} + j];
+    std::uint32_t const tag = (i * 4u + j) ^ round;
+    if (p != nullptr) {
+      std::size_t const bytes = held_bytes[4 * std::size_t{i} + j];
+      auto const* words = static_cast<std::uint32_t const*>(p);
+      std::uint32_t const was = words[0];
+      if (words[last_word(bytes) / 4] != ~was || (was ^ (i * 4u + j)) >= 1024) {
+        atomicAdd(bad, 1ull);
+      }
+      ref.deallocate(p, bytes);
+      p = nullptr;
+      continue;
+    }
+    std::size_t const bytes =
+        fixed != 0 ? fixed : std::size_t{16} << (fmix32(i * 4 + j + round * 7919u) % 9);
+    p = ref.allocate(bytes);
+    if (p == nullptr) {
+      atomicAdd(failures, 1ull);
+      continue;
+    }
+    held_bytes[4 * std::size_t{i} + j] = static_cast<std::uint32_t>(bytes);
+    write_tags(p, bytes, tag);
   }
+}
+
+__global__ void free_held(devmr::slab_ref<> ref,
+                          void** held,
+                          std::uint32_t const* held_bytes,
+                          std::size_t n) {
+  for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < n;
+       k += std::size_t{gridDim.x} * blockDim.x) {
+    ref.deallocate(held[k], held_bytes[k]);
+    held[k] = nullptr;
+  }
+}
+
+/// Runs `rounds` rounds of steady churn with enough threads that the live bytes are `share` of
+/// the heap (half the slots full, blocks of `fixed` bytes or mixed, which average 455 B); checks
+/// that no allocation failed, no tag was damaged, the heap holds no more than it must, and every
+/// block comes back.
+void steady_churn(devmr::slab_heap<>& heap, std::size_t fixed, double share, int rounds) {
+  double const mean = fixed != 0 ? static_cast<double>(fixed) : 8176.0 / 9;
+  auto const n =
+      static_cast<std::uint32_t>(share * static_cast<double>(heap.capacity()) / (2 * mean));
+  void** held = nullptr;
+  std::uint32_t* held_bytes = nullptr;
+  unsigned long long* counts = nullptr;
+  CUDA_CHECK(cudaMalloc(&held, 4 * std::size_t{n} * sizeof(void*)));
+  CUDA_CHECK(cudaMalloc(&held_bytes, 4 * std::size_t{n} * sizeof(std::uint32_t)));
+  CUDA_CHECK(cudaMalloc(&counts, 2 * sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMemset(held, 0, 4 * std::size_t{n} * sizeof(void*)));
+  CUDA_CHECK(cudaMemset(counts, 0, 2 * sizeof(unsigned long long)));
+  for (int round = 0; round < rounds; ++round) {
+    steady_round<<<(n + 255) / 256, 256>>>(heap.ref(), held, held_bytes, n,
+                                           static_cast<std::uint32_t>(round), fixed, counts,
+                                           counts + 1);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  unsigned long long found[2] = {};
+  CUDA_CHECK(cudaMemcpy(found, counts, sizeof(found), cudaMemcpyDeviceToHost));
+  CHECK(found[0] == 0);  // failed allocations
+  CHECK(found[1] == 0);  // damaged tags
+  auto const s = heap.stats();
+  CHECK(s.failed_allocations == found[0]);
+  CHECK(s.bytes_in_use <= heap.capacity());
+  CHECK(s.held_bytes >= s.bytes_in_use);
+  CHECK(s.held_bytes + s.free_slabs * mib == heap.capacity());
+  free_held<<<264, 256>>>(heap.ref(), held, held_bytes, 4 * std::size_t{n});
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(heap.stats().blocks_in_use == 0);
+  CUDA_CHECK(cudaFree(held));
+  CUDA_CHECK(cudaFree(held_bytes));
+  CUDA_CHECK(cudaFree(counts));
+}
+
+TEST_CASE("steady churn with mixed lifetimes reuses freed blocks: no allocation fails at 80%",
+          "[heap][gpu][reuse]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 600 * mib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};
+  SECTION("mixed sizes, 80% live") {
+    steady_churn(heap, 0, 0.8, 40);
+  }
+  SECTION("4 KiB, 80% live") {
+    steady_churn(heap, 4096, 0.8, 40);
+  }
+  SECTION("64 B, 50% live") {
+    steady_churn(heap, 64, 0.5, 20);
+  }
+}
+
+TEST_CASE("steady churn over a checked heap: no misuse, no failure", "[heap][gpu][reuse]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 300 * mib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 256 * mib, .checked = true}};
+  steady_churn(heap, 0, 0.7, 20);
+  auto const s = heap.stats();
+  CHECK(s.invalid_frees == 0);
+  CHECK(s.double_frees == 0);
+}
+
+TEST_CASE("a thousand rounds of steady churn at 80% on 2^20 threads' worth of blocks",
+          "[heap][gpu][reuse][long]") {
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
+  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
+  steady_churn(heap, 0, 0.8, 1000);  // ~940 K threads of mixed sizes
 }
 
 TEST_CASE("free slabs merge again: one block as large as the heap", "[heap][gpu]") {

@@ -155,10 +155,17 @@ TEST_CASE("a slab set hands each member out once and finds them through its summ
   }
   std::sort(got.begin(), got.end());
   CHECK(got == std::vector<std::uint32_t>{7, 1024, 1025, 4999});
-  // Bare words lost their summary bits on the way: an empty set is a look at the summary.
-  for (std::uint32_t s = 0; s < bitmap_words_for(bitmap_words_for(members)); ++s) {
-    CHECK(words[bitmap_words_for(members) + s] == 0u);
-  }
+  // The count is back to zero: a search of an empty set is one load.
+  CHECK(set.members() == 0u);
+  set.insert(12);
+  set.insert(12);  // a member already: counted once
+  CHECK(set.members() == 1u);
+  // A member the count does not show is not looked for (the count leads the bits).
+  set.members() = 0;
+  CHECK(set.take(0) == no_member);
+  set.members() = 1;
+  CHECK(set.take(0) == 12u);
+  CHECK(set.members() == 0u);
 }
 
 TEST_CASE("threads adding and taking slabs of a set lose none and take none twice",
@@ -193,11 +200,13 @@ TEST_CASE("threads adding and taking slabs of a set lose none and take none twic
     th.join();
   }
   CHECK(twice == 0);
+  CHECK(set.members() == members / 2);
   std::uint32_t count = 0;
   while (set.take(0) != no_member) {
     ++count;
   }
   CHECK(count == members / 2);
+  CHECK(set.members() == 0u);
 }
 
 // ---- class_slots over small slabs --------------------------------------------------------------
@@ -262,6 +271,7 @@ struct test_slabs {
   std::uint32_t part_of(std::uint32_t) const { return 0; }
   std::uint32_t slab_of(std::uint32_t, std::uint32_t member) const { return member; }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
+  bool bump_fresh() const { return true; }
   std::uint32_t take_empty(unsigned) const { return m->empty().pop(); }
   void give_empty(std::uint32_t id, unsigned) const {
     atomic(m->cls[id]).store(0xffu, relaxed);
@@ -300,6 +310,7 @@ struct supply_slabs {
     return make_slab_id(part, member);
   }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[dense(id)]).store(c, relaxed); }
+  bool bump_fresh() const { return true; }
   std::uint32_t take_empty(unsigned hint) const {
     return devmr_test::take_one(supply(), *header, hint);
   }

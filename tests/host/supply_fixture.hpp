@@ -31,7 +31,7 @@ class supply_fixture {
       auto* empty = static_cast<std::uint64_t*>(
           std::aligned_alloc(64, empty_words(slabs) * sizeof(std::uint64_t)));
       std::memset(empty, 0, empty_words(slabs) * sizeof(std::uint64_t));
-      add_arena(*header_, arena_desc{base, meta, nullptr, empty, slabs});
+      add_arena(*header_, arena_desc{base, meta, nullptr, nullptr, empty, slabs});
       memory_.push_back(meta);
       memory_.push_back(empty);
     }

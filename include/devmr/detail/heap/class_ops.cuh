@@ -13,6 +13,49 @@
 
 namespace devmr::detail::heap {
 
+/// The peers' share of `count` blocks promised to them from the bitmap of a reused slab at
+/// `slab` (blocks of 2^`shift` bytes), one word at a time from word `w`: the leader takes the
+/// bits, every peer sees which. Returns the calling lane's block if it is among them (its
+/// `place` below their count; `place` moves past them), else `mine`. Out of line: the
+/// allocating kernel holds fewer registers for it (a user's kernel keeps the rest).
+__device__ inline std::byte* take_reused(block_bitmap const bitmap,
+                                         std::uint32_t w,
+                                         unsigned count,
+                                         unsigned peers,
+                                         unsigned leader,
+                                         unsigned& place,
+                                         std::byte* slab,
+                                         unsigned shift,
+                                         std::byte* mine) {
+  bool const leads = lane_id() == leader;
+  unsigned need = count;
+  unsigned bare = 0;
+  while (need != 0) {
+    std::uint32_t bits = 0;
+    if (leads) {
+      bits = bitmap.take_from(w, need);
+    }
+    bits = __shfl_sync(peers, bits, leader);
+    if (bits == 0) {
+      w = w + 1 == bitmap.count ? 0 : w + 1;
+      if (++bare > bitmap.count) {
+        pause_briefly();  // see block_bitmap::take
+        bare = 0;
+      }
+      continue;
+    }
+    unsigned const n = __popc(bits);
+    if (place < n) {
+      unsigned const bit = __fns(bits, 0, static_cast<int>(place) + 1);
+      mine = slab + (std::size_t{w * bitmap_word_bits + bit} << shift);
+    }
+    place -= n;
+    need -= n;
+    bare = 0;
+  }
+  return mine;
+}
+
 /// Serves the calling lane's request for one block of class `cls` through slot `slot` of
 /// `slots`, together with the lanes of its warp that ask for the same class at the same time:
 /// the block, or nullptr. `failed`: blocks the heap could not serve, as the first lane of the
@@ -51,34 +94,8 @@ __device__ std::byte* warp_allocate(
       }
       place -= got.count;
     } else {
-      // Bits of a reused slab, one word at a time: the leader takes them, every peer sees which.
-      block_bitmap const bitmap = slots.bitmap(got.id, cls);
-      unsigned need = got.count;
-      std::uint32_t w = got.first;
-      unsigned bare = 0;
-      while (need != 0) {
-        std::uint32_t bits = 0;
-        if (leads) {
-          bits = bitmap.take_from(w, need);
-        }
-        bits = __shfl_sync(peers, bits, leader);
-        if (bits == 0) {
-          w = w + 1 == bitmap.count ? 0 : w + 1;
-          if (++bare > bitmap.count) {
-            pause_briefly();  // see block_bitmap::take
-            bare = 0;
-          }
-          continue;
-        }
-        unsigned const n = __popc(bits);
-        if (place < n) {
-          unsigned const bit = __fns(bits, 0, static_cast<int>(place) + 1);
-          mine = slab + (std::size_t{w * bitmap_word_bits + bit} << shift);
-        }
-        place -= n;
-        need -= n;
-        bare = 0;
-      }
+      mine = take_reused(slots.bitmap(got.id, cls), got.first, got.count, peers, leader, place,
+                         slab, shift, mine);
     }
     rest -= got.count;
   }
@@ -91,16 +108,20 @@ __device__ std::byte* warp_allocate(
 
 /// Frees the calling lane's block `block` of slab `id` (class `cls`), if `valid`, together with
 /// the lanes of its warp that free blocks of the same bitmap word: one OR and one addition for
-/// them all, by the first of them. Every active lane calls it. The caller issued a release fence
-/// after a warp barrier since the last use of every calling lane's block (device_deallocate), so
-/// that the OR needs none and the addition's release orders the OR before it.
+/// them all, by the first of them. Every active lane calls it. `callers`: the lanes that passed a
+/// warp barrier together since the last use of their blocks, and then each issued a release
+/// fence (device_deallocate), so that the OR and the addition need no release of their own.
+/// Peers that did not pass that barrier together (the warp came together again in between,
+/// which the hardware may do; every peer then sees it, as lanes that passed it together have the
+/// same `callers`) meet at a barrier of their own and fence again.
 template <class Slabs>
 __device__ void warp_free(class_slots<Slabs> const& slots,
                           std::uint32_t id,
                           unsigned cls,
                           std::uint32_t block,
                           bool valid,
-                          unsigned hint) {
+                          unsigned hint,
+                          unsigned callers) {
   unsigned const active = __activemask();
   unsigned const below = lanes_below();
   std::uint32_t const w = block / bitmap_word_bits;
@@ -109,9 +130,13 @@ __device__ void warp_free(class_slots<Slabs> const& slots,
       valid ? (static_cast<unsigned long long>(id) << 16) | w : ~0ull - __popc(below);
   unsigned const peers = __match_any_sync(active, key);
   std::uint32_t const mask = __reduce_or_sync(peers, valid ? 1u << (block % bitmap_word_bits) : 0u);
+  if ((peers & ~callers) != 0) {
+    __syncwarp(peers);
+    release_fence();
+  }
   if (valid && (peers & below) == 0) {
     slots.bitmap(id, cls).give(w, mask, relaxed);
-    slots.count_freed(id, cls, __popc(mask), hint);
+    slots.count_freed(id, cls, __popc(mask), hint, relaxed);
   }
 }
 

@@ -95,7 +95,9 @@ inline constexpr block_claim no_claim{no_slab, 0, 0, false};
  *    `part_of(id)`, and member `m` of part `p` is slab `slab_of(p, m)`;
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
- *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class.
+ *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
+ *  - `bump_fresh()`: whether a fresh slab hands its blocks out in order (else from its bitmap,
+ *    all set, as a reused slab does).
  * `words`: the slot words, `slot_count` for each class, slot-major (an SM's words share lines).
  */
 template <class Slabs>
@@ -127,20 +129,33 @@ class class_slots {
                                       unsigned slot,
                                       std::uint32_t want,
                                       unsigned hint) const {
-    auto w = atomic(word(cls, slot));
     // acquire: pairs with the release that published the slot's slab (install), whose release
     // sequence the other claims' additions continue: the slab's format, or the frees that its
     // promise counts, happen before its blocks are used.
-    std::uint64_t seen = w.fetch_add(want, acquire);
+    std::uint64_t const seen = atomic(word(cls, slot)).fetch_add(want, acquire);
+    block_claim const got = served(seen, want, cls);
+    if (got.count == want) {
+      return got;
+    }
+    return claim_rest(cls, slot, want, hint, seen, got);
+  }
+
+  /// The rest of a claim that its addition did not serve in full (`seen`: the value it
+  /// replaced; `got`: what it served). Out of line, so that the allocating kernels hold no
+  /// registers for it.
+  DEVMR_HOST_DEVICE block_claim claim_rest(unsigned cls,
+                                           unsigned slot,
+                                           std::uint32_t want,
+                                           unsigned hint,
+                                           std::uint64_t seen,
+                                           block_claim got) const {
+    auto w = atomic(word(cls, slot));
     for (;;) {
-      block_claim const got = served(seen, want, cls);
       if (got.count != 0) {
-        if (got.count < want) {
-          // This claim used the slab up and wants more: it installs the next one now, for the
-          // claims behind it, and claims the rest there. One that got all it wanted installs
-          // nothing: the next claim, if one comes, does (slot_just_used_up).
-          install(cls, slot, 0, hint);
-        }
+        // This claim used the slab up and wants more: it installs the next one now, for the
+        // claims behind it, and claims the rest there. One that got all it wanted installs
+        // nothing: the next claim, if one comes, does (slot_just_used_up).
+        install(cls, slot, 0, hint);
         return got;
       }
       if (slot_is_vacant(seen) || slot_just_used_up(seen)) {
@@ -154,6 +169,10 @@ class class_slots {
         return install(cls, slot, want, hint);
       }
       seen = w.fetch_add(want, acquire);  // installed, or taken over by another waiter
+      got = served(seen, want, cls);
+      if (got.count == want) {
+        return got;
+      }
     }
   }
 
@@ -183,12 +202,13 @@ class class_slots {
   }
 
   /// Counts `n` blocks of slab `id` (class `cls`) freed, whose bits the caller set: lists or
-  /// empties the slab when the count says so.
+  /// empties the slab when the count says so. `order` as for slab_avail::free.
   DEVMR_HOST_DEVICE void count_freed(std::uint32_t id,
                                      unsigned cls,
                                      std::uint32_t n,
-                                     unsigned hint) const {
-    act(avail(id, cls).free(n), id, cls, hint);
+                                     unsigned hint,
+                                     cuda::std::memory_order order = release) const {
+    act(avail(id, cls).free(n, order), id, cls, hint);
   }
 
   /// Frees block `block` of slab `id` (class `cls`).
@@ -205,10 +225,10 @@ class class_slots {
   /// takes blocks from the current slab of another slot of its class (steal); the slot is left
   /// vacant for the claims that wait for it, which claim again, the first of them searching in
   /// turn.
-  DEVMR_HOST_DEVICE block_claim install(unsigned cls,
-                                        unsigned slot,
-                                        std::uint32_t want,
-                                        unsigned hint) const {
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim install(unsigned cls,
+                                                       unsigned slot,
+                                                       std::uint32_t want,
+                                                       unsigned hint) const {
     std::uint32_t promised = 0;
     bool fresh = false;
     std::uint32_t id = take_listed(cls, hint, promised);
@@ -219,10 +239,17 @@ class class_slots {
       }
       if (id != no_slab) {
         slabs_.format(id, cls);
-        bitmap(id, cls).clear();
+        block_bitmap const bits = bitmap(id, cls);
+        bits.clear();
         avail(id, cls).open_fresh();
         promised = slabs_.blocks(cls);
-        fresh = true;
+        // A fresh slab's blocks go out in order, with no bitmap word touched, unless the heap
+        // checks its frees: then every block is handed out from its bit, so that a clear bit
+        // always means a block in use.
+        fresh = slabs_.bump_fresh();
+        if (!fresh) {
+          bits.give_range(0, promised);
+        }
       }
     }
     if (id == no_slab) {
@@ -264,6 +291,27 @@ class class_slots {
     close(atomic(word(cls, slot)).exchange(vacant_class_slot, acq_rel), cls, hint);
   }
 
+  /// Out of empty slabs: the slots of the other classes give up their slabs, so that those
+  /// whose blocks are all free leave their classes (a class that nobody allocates from any more
+  /// keeps none) and the others go on their lists. True when one was given up. `cls` num_classes
+  /// (or any class past the last): every slot gives its slab up, for a run of whole slabs.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE bool release_slots(unsigned cls, unsigned hint) const {
+    bool released = false;
+    DEVMR_ROLLED for (unsigned c = 0; c < classes_; ++c) {
+      DEVMR_ROLLED for (unsigned s = 0; s < slot_count_ && c != cls; ++s) {
+        auto w = atomic(word(c, s));
+        std::uint64_t seen = w.load(relaxed);
+        // acquire: the format of the slab it takes out happens before its close.
+        if (is_slab(slot_id(seen)) &&
+            w.compare_exchange_strong(seen, vacant_class_slot, acquire, relaxed)) {
+          close(seen, c, hint);
+          released = true;
+        }
+      }
+    }
+    return released;
+  }
+
  private:
   /// A slab off class `cls`'s list, opened for the caller's slot with `promised` blocks;
   /// no_slab when the list has none. Searches from SMs start apart.
@@ -289,26 +337,6 @@ class class_slots {
       }
     }
     return no_slab;
-  }
-
-  /// Out of empty slabs: the slots of the other classes give up their slabs, so that those
-  /// whose blocks are all free leave their classes (a class that nobody allocates from any more
-  /// keeps none) and the others go on their lists. True when one was given up.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE bool release_slots(unsigned cls, unsigned hint) const {
-    bool released = false;
-    DEVMR_ROLLED for (unsigned c = 0; c < classes_; ++c) {
-      DEVMR_ROLLED for (unsigned s = 0; s < slot_count_ && c != cls; ++s) {
-        auto w = atomic(word(c, s));
-        std::uint64_t seen = w.load(relaxed);
-        // acquire: the format of the slab it takes out happens before its close.
-        if (is_slab(slot_id(seen)) &&
-            w.compare_exchange_strong(seen, vacant_class_slot, acquire, relaxed)) {
-          close(seen, c, hint);
-          released = true;
-        }
-      }
-    }
-    return released;
   }
 
   /// What a claim of `want` blocks got from slot value `seen`, the value its addition replaced.

@@ -4,6 +4,7 @@
 // O(1) in the heap's size: slabs are formatted lazily when first taken from an arena's frontier.
 
 #include <devmr/detail/heap/bits.hpp>
+#include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/layout.hpp>
 
 #include <cstdint>
@@ -11,15 +12,14 @@
 
 namespace devmr::detail::heap {
 
-/// Slots per group for a heap of `slabs` slabs: one per SM where the heap can give every slot of
-/// every group a slab (2 GiB and up cover the largest GPUs' SMs), fewer on smaller heaps, so that
-/// the slots' current slabs never hold the whole heap. Fewer slots are slower: SMs that share one
-/// queue on its word and wait for each other's installs (at 2^16 threads, 4 KiB blocks on 4 GiB
-/// ran at 0.49x of the floor with 64 slots, 0.71x with one per SM, on an H200). Priming fills at
-/// most half of the heap (heap_core::prime_count).
+/// Slots per class for a heap of `slabs` slabs: a quarter of a slab per class and slot at most,
+/// up to one per SM. A slot holds one slab of its class at a time, partly handed out: with fewer
+/// slots, the slabs that slots hold stay a small part of the heap even when every class is in
+/// use on every slot, so that slabs whose blocks are all free go back to the supply instead of
+/// waiting in slots; with more, fewer SMs meet on one slot word.
 inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
-  std::uint64_t const per_group = slabs / num_groups;
-  std::uint64_t const slots = per_group < 1 ? 1 : (per_group > max_slots ? max_slots : per_group);
+  std::uint64_t const per_class = slabs / (4 * num_classes);
+  std::uint64_t const slots = per_class < 1 ? 1 : (per_class > max_slots ? max_slots : per_class);
   return (std::uint32_t{1} << floor_log2(slots)) - 1;
 }
 
@@ -32,10 +32,9 @@ inline void initialize(heap_header& h, bool checked) {
   for (auto& head : h.free_slabs) {
     head.value = empty_stack;
   }
-  for (unsigned g = 0; g < num_groups; ++g) {
-    for (unsigned slot = 0; slot < max_slots; ++slot) {
-      slot_word_of(h, g, slot) = empty_slot;
-      spare_word_of(h, g, slot) = no_slab;
+  for (auto& line : h.slots) {
+    for (auto& word : line.classes) {
+      word = vacant_class_slot;
     }
   }
   h.checked = checked ? 1u : 0u;
@@ -58,7 +57,7 @@ inline void add_arena(heap_header& h, arena_desc const& arena) {
       h.empty_cursor[hint] = first_cursor(h, hint);
     }
   }
-  h.slot_mask = slot_mask_for(heap_slabs(h));
+  h.slot_mask = slot_mask_for(total_slabs(h));
 }
 
 }  // namespace devmr::detail::heap

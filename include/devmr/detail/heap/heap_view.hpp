@@ -90,11 +90,11 @@ class heap_view {
   DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
     return read_only(h_->arenas[arena_of(id)].base) + (std::size_t{index_of(id)} << slab_shift);
   }
-  DEVMR_HOST_DEVICE std::uint64_t* check_bits(std::uint32_t id) const {
-    return read_only(h_->arenas[arena_of(id)].check_bits) +
-           std::size_t{index_of(id)} * check_words_per_slab;
+  /// The first word of slab `id`'s block bitmap (block_words_per_slab words).
+  DEVMR_HOST_DEVICE std::uint32_t* block_bits(std::uint32_t id) const {
+    return read_only(h_->arenas[arena_of(id)].block_bits) +
+           std::size_t{index_of(id)} * block_words_per_slab;
   }
-  DEVMR_HOST_DEVICE bool checked() const { return read_only(h_->checked) != 0; }
 
   /// Finds the slab that holds `p`: its id and the offset of `p` in it. False when no arena of
   /// this heap holds `p`. `first` is arena 0's entry, read ahead; every heap has arena 0 (a

@@ -99,9 +99,11 @@ struct slab_avail {
 
   /// Adds `n` freed blocks to the count; the bits of the blocks are set already. release: the
   /// bits, and the blocks' last writes, happen before the use of whoever takes the count (a
-  /// slot's open_listed, or the thread that empties the slab).
-  DEVMR_HOST_DEVICE avail_event free(std::uint32_t n) const {
-    return settle(atomic(word).fetch_add(n, release) + n);
+  /// slot's open_listed, or the thread that empties the slab); relaxed where the caller issued a
+  /// release fence since those writes.
+  DEVMR_HOST_DEVICE avail_event free(std::uint32_t n,
+                                     cuda::std::memory_order order = release) const {
+    return settle(atomic(word).fetch_add(n, order) + n);
   }
 
   /// Closes the slab, which the caller swapped out of its slot: `unused`, the blocks the slot

@@ -19,9 +19,10 @@ namespace devmr::detail::heap {
 /// What slab_set::take returns when the set is empty.
 inline constexpr std::uint32_t no_member = 0xffffffffu;
 
-/// Words of a slab set of `members` slabs: the bitmap, then its summary.
+/// Words of a slab set of `members` slabs: the bitmap, then its summary, then a count of its
+/// members.
 DEVMR_HOST_DEVICE constexpr std::uint32_t slab_set_words(std::uint32_t members) {
-  return bitmap_words_for(members) + bitmap_words_for(bitmap_words_for(members));
+  return bitmap_words_for(members) + bitmap_words_for(bitmap_words_for(members)) + 1;
 }
 
 /// A view of a slab set of `count` bitmap words at `words` (its summary follows them).
@@ -32,12 +33,23 @@ struct slab_set {
   DEVMR_HOST_DEVICE std::uint32_t& summary(std::uint32_t w) const {
     return words[count + w / bitmap_word_bits];
   }
+  /// At least the number of members: raised before a member's bit is set, lowered after it is
+  /// cleared, so that a search of a set that has none costs one load (a search of a large
+  /// heap's set looks at a summary word for every 1024 slabs).
+  DEVMR_HOST_DEVICE std::uint32_t& members() const {
+    return words[count + bitmap_words_for(count)];
+  }
 
   /// Adds slab `index`. A word that was bare gets its summary bit (release: a search that sees
   /// the summary bit sees the member).
   DEVMR_HOST_DEVICE void insert(std::uint32_t index) const {
     std::uint32_t const w = index / bitmap_word_bits;
-    if (atomic(words[w]).fetch_or(1u << (index % bitmap_word_bits), relaxed) == 0) {
+    std::uint32_t const bit = 1u << (index % bitmap_word_bits);
+    atomic(members()).fetch_add(1, relaxed);
+    std::uint32_t const was = atomic(words[w]).fetch_or(bit, relaxed);
+    if ((was & bit) != 0) {
+      atomic(members()).fetch_sub(1, relaxed);  // a member already
+    } else if (was == 0) {
       atomic(summary(w)).fetch_or(1u << (w % bitmap_word_bits), release);
     }
   }
@@ -48,6 +60,9 @@ struct slab_set {
     std::uint32_t const w = index / bitmap_word_bits;
     std::uint32_t const bit = 1u << (index % bitmap_word_bits);
     std::uint32_t const was = atomic(words[w]).fetch_and(~bit, relaxed);
+    if ((was & bit) != 0) {
+      atomic(members()).fetch_sub(1, relaxed);
+    }
     if (was == bit) {
       bare(w);
     }
@@ -72,6 +87,7 @@ struct slab_set {
       std::uint32_t const bit = seen & (0u - seen);
       seen = word.fetch_and(~bit, relaxed);
       if ((seen & bit) != 0) {
+        atomic(members()).fetch_sub(1, relaxed);
         return w * bitmap_word_bits + lowest_bit_index(bit);
       }
     }
@@ -83,6 +99,9 @@ struct slab_set {
   /// looks at (and looks at the word again after, since a member added meanwhile may have found
   /// the summary bit still set).
   DEVMR_HOST_DEVICE std::uint32_t take(std::uint32_t start) const {
+    if (atomic(members()).load(relaxed) == 0) {
+      return no_member;
+    }
     std::uint32_t const summaries = bitmap_words_for(count);
     DEVMR_ROLLED for (std::uint32_t n = 0; n < summaries; ++n) {
       std::uint32_t const s = (start + n) % summaries;

@@ -87,7 +87,34 @@ class slab_supply : public heap_view {
     return id;
   }
 
-  /// One search for a run of `slabs` slabs (see acquire_run).
+  /// Takes a run of `slabs` contiguous slabs and returns the id of its first, or no_slab. The run
+  /// is the caller's to format. A run being split (or a word of marks being taken) is off its
+  /// stack for a moment: a search that found nothing while one was (or whose remainder came back
+  /// meanwhile) looks again, a bounded number of times, so that memory in flight is not reported
+  /// as missing. The first search takes no snapshot of the returns (an acquire load that would
+  /// hold back every load after it, a round trip on every take): only once it has found nothing
+  /// do the careful searches begin. Out of line, for the registers of the allocating kernels.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t take_run(std::uint32_t slabs,
+                                                          unsigned hint) const {
+    if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
+      return id;
+    }
+    for (unsigned attempt = 0;; ++attempt) {
+      std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
+      std::uint32_t const id = search_run(slabs, hint);
+      if (id != no_slab || attempt == 128) {
+        return id;
+      }
+      // acquire: pairs with the release in pop_run, so a retry sees the remainder pushed back.
+      if (atomic(h_->runs_in_flight.value).load(acquire) == 0 &&
+          atomic(h_->runs_returned.value).load(acquire) == returned) {
+        return no_slab;
+      }
+      pause_briefly();
+    }
+  }
+
+  /// One search for a run of `slabs` slabs (see take_run).
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
       std::uint32_t const id = take_near(hint);
@@ -155,7 +182,7 @@ class slab_supply : public heap_view {
   }
 
   /// Clears the marks of slabs [id, id + slabs) if they are all set, word by word; puts back the
-  /// ones it cleared when one is gone. Counted in flight meanwhile (see acquire_run).
+  /// ones it cleared when one is gone. Counted in flight meanwhile (see take_run).
   DEVMR_HOST_DEVICE bool take_marked_run(std::uint32_t id, std::uint32_t slabs) const {
     std::uint32_t const first = index_of(id);
     std::uint32_t const end = first + slabs;
@@ -277,7 +304,7 @@ class slab_supply : public heap_view {
 
   /// Counts free memory as off every stack and bitmap for a moment (a run being split, a bitmap
   /// word or a row of marks being taken, stacks being moved into the bitmaps): a search that
-  /// finds nothing meanwhile looks again (see acquire_run).
+  /// finds nothing meanwhile looks again (see take_run).
   DEVMR_HOST_DEVICE void begin_in_flight() const {
     // acq_rel: a searcher that sees the memory gone (the release of its taking) sees the count.
     atomic(h_->runs_in_flight.value).fetch_add(1, acq_rel);
@@ -382,7 +409,7 @@ class slab_supply : public heap_view {
   /// Takes every slab marked in word `w` of arena `a` at once: returns one and pushes the others
   /// on this hint's stack of single slabs (no_slab when the word is bare). Counted in flight
   /// meanwhile, as a run being split is: a search that finds the word bare and the stacks empty
-  /// before the push looks again (see acquire_run).
+  /// before the push looks again (see take_run).
   DEVMR_HOST_DEVICE std::uint32_t take_word(std::uint32_t a, std::uint32_t w, unsigned hint) const {
     auto word = atomic(empty_word(a, w));
     // acquire: a search that sees the word emptied by an exchange also sees the in-flight count

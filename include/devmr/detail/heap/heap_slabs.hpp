@@ -1,0 +1,84 @@
+#pragma once
+
+// What the size classes' slots (class_slots.hpp) need of a heap's slabs, over its header: each
+// slab's free count and block bitmap, each class's lists of slabs with blocks to reuse (one per
+// arena), and the slab supply (slab_supply.hpp) that slabs leave their classes for and come back
+// from.
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/atomics.hpp>
+#include <devmr/detail/heap/block_bitmap.hpp>
+#include <devmr/detail/heap/heap_view.hpp>
+#include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/slab_set.hpp>
+#include <devmr/detail/heap/slab_supply.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+static_assert(listed_words(1000) == slab_set_words(1000) && listed_words(64) == slab_set_words(64));
+static_assert(block_words_per_slab == bitmap_words_for(max_blocks_per_slab));
+
+/// The slabs of one heap, as class_slots sees them. `first` is arena 0's entry, which the fast
+/// paths carry (a slab_ref holds it), so that most slabs' metadata and memory need no load of
+/// the arena table.
+class heap_slabs {
+ public:
+  DEVMR_HOST_DEVICE heap_slabs(heap_header* header,
+                               heap_view::arena_view const& first,
+                               bool checked)
+      : h_{header}, first_{first}, checked_{checked} {}
+
+  DEVMR_HOST_DEVICE slab_supply supply() const { return slab_supply{h_}; }
+
+  DEVMR_HOST_DEVICE std::uint32_t blocks(unsigned cls) const { return class_capacity(cls); }
+  DEVMR_HOST_DEVICE std::uint32_t& avail(std::uint32_t id) const {
+    return supply().meta(id, first_).avail;
+  }
+  DEVMR_HOST_DEVICE std::uint32_t* bits(std::uint32_t id) const { return supply().block_bits(id); }
+  DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const { return supply().data(id, first_); }
+
+  DEVMR_HOST_DEVICE std::uint32_t list_parts() const { return read_only(h_->arena_count); }
+  DEVMR_HOST_DEVICE slab_set listed(unsigned cls, std::uint32_t part) const {
+    std::uint64_t const slabs = read_only(h_->arenas[part].slabs);
+    return {read_only(h_->arenas[part].listed) + cls * listed_words(slabs),
+            bitmap_words_for(static_cast<std::uint32_t>(slabs))};
+  }
+  DEVMR_HOST_DEVICE static std::uint32_t member(std::uint32_t id) { return index_of(id); }
+  DEVMR_HOST_DEVICE static std::uint32_t part_of(std::uint32_t id) { return arena_of(id); }
+  DEVMR_HOST_DEVICE static std::uint32_t slab_of(std::uint32_t part, std::uint32_t member) {
+    return make_slab_id(part, member);
+  }
+
+  /// Slab `id`, taken from the supply, now holds blocks of class `cls`: its tag says so, for
+  /// frees that do not know their block's size, checked frees and statistics.
+  DEVMR_HOST_DEVICE void format(std::uint32_t id, unsigned cls) const {
+    atomic(supply().meta(id, first_).state).store(make_state(cls, 0), relaxed);
+  }
+
+  /// One slab from the supply, or no_slab when the heap has none.
+  DEVMR_HOST_DEVICE std::uint32_t take_empty(unsigned hint) const {
+    return supply().take_run(1, hint);
+  }
+
+  /// Slab `id`, whose blocks are all free, goes back to the supply: marked in its arena's
+  /// bitmap of empty slabs. The thread that emptied it acquired every free of its blocks
+  /// (slab_avail::settle); the mark's release passes them on to the search that takes it.
+  DEVMR_HOST_DEVICE void give_empty(std::uint32_t id, unsigned) const {
+    slab_supply const s = supply();
+    atomic(s.meta(id, first_).remaining).store(0, relaxed);  // what the taker's settle reads
+    s.mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), release);
+  }
+
+  /// Fresh slabs hand their blocks out in order, but on checked heaps (see class_slots::install).
+  DEVMR_HOST_DEVICE bool bump_fresh() const { return !checked_; }
+
+ private:
+  heap_header* h_;
+  heap_view::arena_view first_;
+  bool checked_;
+};
+
+}  // namespace devmr::detail::heap

@@ -8,6 +8,19 @@
 #include <cuda/memory_resource>
 #include <cuda/std/version>
 
+/// The oldest GPU architecture devmr's device code supports, as __CUDA_ARCH__ spells it: compute
+/// capability 8.0 (Ampere), which the device code's warp reductions (__reduce_or_sync) need.
+/// CMake checks the same at configure time (DEVMR_MINIMUM_CUDA_ARCHITECTURE,
+/// cmake/devmrArchitectures.cmake); docs/architectures.md lists the supported GPUs.
+#define DEVMR_MINIMUM_CUDA_ARCH 800
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < DEVMR_MINIMUM_CUDA_ARCH
+#error "devmr needs compute capability 8.0 or newer (sm_80 and up: Ampere, Hopper, Blackwell)."
+#error "This file is compiled for an older GPU: name 80 or newer in CMAKE_CUDA_ARCHITECTURES"
+#error "(e.g. 90, or native) or in nvcc's -arch (e.g. -arch=sm_90). Naming none, nvcc 13 compiles"
+#error "for sm_75. docs/architectures.md in devmr's sources lists the supported GPUs."
+#endif
+
 #if defined(__CUDACC__)
 #define DEVMR_HOST_DEVICE __host__ __device__
 #define DEVMR_DEVICE __device__

@@ -157,9 +157,11 @@ DEVMR_HOST_DEVICE constexpr std::uint64_t empty_words(std::uint64_t slabs) {
 inline constexpr std::size_t block_words_per_slab = max_blocks_per_slab / 32;
 
 /// 32-bit words of one size class's list of slabs with blocks to reuse, in an arena of `slabs`
-/// slabs: a bitmap with a summary and a count (see slab_set.hpp).
+/// slabs: a bitmap with two levels of summary (see slab_set.hpp).
 DEVMR_HOST_DEVICE constexpr std::uint64_t listed_words(std::uint64_t slabs) {
-  return (slabs + 31) / 32 + ((slabs + 31) / 32 + 31) / 32 + 1;
+  std::uint64_t const words = (slabs + 31) / 32;
+  std::uint64_t const summaries = (words + 31) / 32;
+  return words + summaries + (summaries + 31) / 32;
 }
 
 /// One arena: a slab-aligned range of memory taken from the pool, with its metadata. Written by

@@ -1,10 +1,12 @@
 #pragma once
 
-// A set of slabs kept as a bitmap, one bit per slab, with a summary of one bit per bitmap word:
-// a size class's list of slabs with blocks to reuse. Any thread adds a slab or takes one off (one
-// atomic each; the first member of a bare word also sets its summary bit), and a search takes
-// whichever it finds first from where it starts looking, skipping 32 bare words a summary load,
-// so that an empty list costs a few loads. Membership is only a hint: the slab's count
+// A set of slabs kept as a bitmap, one bit per slab, with two levels of summary: one bit per
+// bitmap word (set while the word may have members), and one bit per summary word: a size
+// class's list of slabs with blocks to reuse. Any thread adds a slab or takes one off (one
+// atomic each; the first member of a bare word also sets its summary bit, and the first of a
+// bare summary word its top bit), and a search takes whichever it finds first from where it
+// starts looking, so that an empty list costs one load for every million slabs, and a full one
+// no atomic on a word that every insert touches. Membership is only a hint: the slab's count
 // (slab_avail) says whether the slab is really listed, and whoever takes it off checks that with
 // its own atomic.
 
@@ -19,38 +21,31 @@ namespace devmr::detail::heap {
 /// What slab_set::take returns when the set is empty.
 inline constexpr std::uint32_t no_member = 0xffffffffu;
 
-/// Words of a slab set of `members` slabs: the bitmap, then its summary, then a count of its
-/// members.
+/// Words of a slab set of `members` slabs: the bitmap, its summary, and the summary's top words.
 DEVMR_HOST_DEVICE constexpr std::uint32_t slab_set_words(std::uint32_t members) {
-  return bitmap_words_for(members) + bitmap_words_for(bitmap_words_for(members)) + 1;
+  return bitmap_words_for(members) + bitmap_words_for(bitmap_words_for(members)) +
+         bitmap_words_for(bitmap_words_for(bitmap_words_for(members)));
 }
 
-/// A view of a slab set of `count` bitmap words at `words` (its summary follows them).
+/// A view of a slab set of `count` bitmap words at `words` (its summaries follow them).
 struct slab_set {
   std::uint32_t* words;
   std::uint32_t count;
 
-  DEVMR_HOST_DEVICE std::uint32_t& summary(std::uint32_t w) const {
-    return words[count + w / bitmap_word_bits];
-  }
-  /// At least the number of members: raised before a member's bit is set, lowered after it is
-  /// cleared, so that a search of a set that has none costs one load (a search of a large
-  /// heap's set looks at a summary word for every 1024 slabs).
-  DEVMR_HOST_DEVICE std::uint32_t& members() const {
-    return words[count + bitmap_words_for(count)];
+  /// Summary words: bit b of word s stands for bitmap word 32 s + b.
+  DEVMR_HOST_DEVICE std::uint32_t summaries() const { return bitmap_words_for(count); }
+  DEVMR_HOST_DEVICE std::uint32_t& summary(std::uint32_t s) const { return words[count + s]; }
+  /// Top words: bit b of word t stands for summary word 32 t + b.
+  DEVMR_HOST_DEVICE std::uint32_t& top(std::uint32_t t) const {
+    return words[count + summaries() + t];
   }
 
-  /// Adds slab `index`. A word that was bare gets its summary bit (release: a search that sees
-  /// the summary bit sees the member).
+  /// Adds slab `index`. A word that was bare gets its summary bit, and a summary word that was
+  /// bare its top bit (release: a search that sees the bit sees the member).
   DEVMR_HOST_DEVICE void insert(std::uint32_t index) const {
     std::uint32_t const w = index / bitmap_word_bits;
-    std::uint32_t const bit = 1u << (index % bitmap_word_bits);
-    atomic(members()).fetch_add(1, relaxed);
-    std::uint32_t const was = atomic(words[w]).fetch_or(bit, relaxed);
-    if ((was & bit) != 0) {
-      atomic(members()).fetch_sub(1, relaxed);  // a member already
-    } else if (was == 0) {
-      atomic(summary(w)).fetch_or(1u << (w % bitmap_word_bits), release);
+    if (atomic(words[w]).fetch_or(1u << (index % bitmap_word_bits), relaxed) == 0) {
+      mark_word(w);
     }
   }
 
@@ -60,23 +55,40 @@ struct slab_set {
     std::uint32_t const w = index / bitmap_word_bits;
     std::uint32_t const bit = 1u << (index % bitmap_word_bits);
     std::uint32_t const was = atomic(words[w]).fetch_and(~bit, relaxed);
-    if ((was & bit) != 0) {
-      atomic(members()).fetch_sub(1, relaxed);
-    }
     if (was == bit) {
       bare(w);
     }
     return (was & bit) != 0;
   }
 
+  /// Sets the summary bit of bitmap word `w`, and the top bit of its summary word if that was
+  /// bare.
+  DEVMR_HOST_DEVICE void mark_word(std::uint32_t w) const {
+    std::uint32_t const s = w / bitmap_word_bits;
+    if (atomic(summary(s)).fetch_or(1u << (w % bitmap_word_bits), release) == 0) {
+      atomic(top(s / bitmap_word_bits)).fetch_or(1u << (s % bitmap_word_bits), release);
+    }
+  }
+
   /// Clears the summary bit of word `w`, found bare, and sets it again if a member came
-  /// meanwhile (it may have found the bit still set, and set none).
+  /// meanwhile (it may have found the bit still set, and set none); a summary word left bare
+  /// so loses its top bit the same way.
   DEVMR_HOST_DEVICE void bare(std::uint32_t w) const {
+    std::uint32_t const s = w / bitmap_word_bits;
     std::uint32_t const bit = 1u << (w % bitmap_word_bits);
     // acq_rel: orders the clear before the look at the word that follows.
-    atomic(summary(w)).fetch_and(~bit, acq_rel);
+    std::uint32_t const was = atomic(summary(s)).fetch_and(~bit, acq_rel);
     if (atomic(words[w]).load(relaxed) != 0) {
-      atomic(summary(w)).fetch_or(bit, relaxed);
+      mark_word(w);
+      return;
+    }
+    if (was == bit) {
+      std::uint32_t const t = s / bitmap_word_bits;
+      std::uint32_t const top_bit = 1u << (s % bitmap_word_bits);
+      atomic(top(t)).fetch_and(~top_bit, acq_rel);
+      if (atomic(summary(s)).load(relaxed) != 0) {
+        atomic(top(t)).fetch_or(top_bit, release);
+      }
     }
   }
 
@@ -87,34 +99,44 @@ struct slab_set {
       std::uint32_t const bit = seen & (0u - seen);
       seen = word.fetch_and(~bit, relaxed);
       if ((seen & bit) != 0) {
-        atomic(members()).fetch_sub(1, relaxed);
+        if (seen == bit) {
+          bare(w);
+        }
         return w * bitmap_word_bits + lowest_bit_index(bit);
       }
     }
     return no_member;
   }
 
-  /// Takes a slab off the set, looking from summary word `start` on and around once: its
-  /// index, or no_member when the set looked empty. Clears the summary bits of bare words it
-  /// looks at (and looks at the word again after, since a member added meanwhile may have found
-  /// the summary bit still set).
+  /// Takes a slab off the set, looking at the summary words from the one of bitmap word
+  /// `start` (any value; modulo the words) on and around once: its index, or no_member when
+  /// the set looked empty. Clears the summary bits of bare words it looks at.
   DEVMR_HOST_DEVICE std::uint32_t take(std::uint32_t start) const {
-    if (atomic(members()).load(relaxed) == 0) {
-      return no_member;
-    }
-    std::uint32_t const summaries = bitmap_words_for(count);
-    DEVMR_ROLLED for (std::uint32_t n = 0; n < summaries; ++n) {
-      std::uint32_t const s = (start + n) % summaries;
-      // acquire: pairs with the release in insert.
-      for (std::uint32_t marked = atomic(words[count + s]).load(acquire); marked != 0;
-           marked &= marked - 1) {
-        std::uint32_t const w = s * bitmap_word_bits + lowest_bit_index(marked);
-        if (std::uint32_t const m = take_from(w); m != no_member) {
-          return m;
-        }
-        bare(w);
-        if (std::uint32_t const m = take_from(w); m != no_member) {
-          return m;
+    std::uint32_t const n = summaries();
+    std::uint32_t const tops = bitmap_words_for(n);
+    std::uint32_t const first = start % n;
+    DEVMR_ROLLED for (std::uint32_t i = 0; i <= tops; ++i) {
+      // The first top word twice: from the first summary word on, then the ones before it.
+      std::uint32_t const t = (first / bitmap_word_bits + i) % tops;
+      // acquire: pairs with the releases of mark_word.
+      std::uint32_t marked = atomic(top(t)).load(acquire);
+      if (i == 0) {
+        marked &= ~0u << (first % bitmap_word_bits);
+      } else if (i == tops) {
+        marked &= ~(~0u << (first % bitmap_word_bits));
+      }
+      for (; marked != 0; marked &= marked - 1) {
+        std::uint32_t const s = t * bitmap_word_bits + lowest_bit_index(marked);
+        for (std::uint32_t words_marked = atomic(summary(s)).load(acquire); words_marked != 0;
+             words_marked &= words_marked - 1) {
+          std::uint32_t const w = s * bitmap_word_bits + lowest_bit_index(words_marked);
+          if (std::uint32_t const m = take_from(w); m != no_member) {
+            return m;
+          }
+          bare(w);
+          if (std::uint32_t const m = take_from(w); m != no_member) {
+            return m;
+          }
         }
       }
     }

@@ -62,24 +62,16 @@ struct heap_stats {
  * @brief The owning host object of a lock-free slab heap that kernels allocate from.
  *
  * The heap takes arenas from `upstream` (which must outlive it) and hands kernels a `slab_ref`.
- * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs, each shared by two
- * neighbouring size classes (16 and 32 B, 64 and 128 B, ... 256 and 512 KiB): the smaller blocks
- * from the slab's start, the larger from its end. Larger blocks are runs of whole slabs. Slabs
- * are formatted lazily, so construction does not depend on the heap's size; only the slots of
- * the SMs' current slabs get one up front (construction, `grow` and `reset` launch one block of
- * threads for it, which construction and `grow` wait for), so that the first allocations on an SM
- * do not all wait for it to install one. Those slabs stay within half of the heap: from 2 GiB
- * every SM has a slot, and from 3 GiB every slot a slab of every pair of classes (on the H200's
- * 132 SMs); smaller heaps have fewer slots than SMs, which then share them (one per 8 slabs of
- * the heap: 1 GiB 128 slots, 512 MiB 64), and only their smallest classes get a slab up front.
- * Where a second slab for every slot still fits in that half (32 MiB per SM: 4.125 GiB on the
- * H200), each slot also gets a spare, formatted for it, which its next install takes. A slot
- * gives its slabs back when memory runs short while none of their blocks is live. A slab hands each
- * of its blocks out once and returns to circulation when all its blocks are freed, so a long-lived
- * block keeps its slab from being reused. Free runs of slabs are split for shorter requests; free
- * slabs merge into a longer run when a large block needs one (a slower search, taken only when no
- * free run is long enough). Runs never span two arenas, and the slabs that slots hold as current
- * ones (partly handed out) split the free space around them.
+ * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
+ * larger blocks are runs of whole slabs. A freed block is handed out again while other blocks of
+ * its slab are live: a slab with an eighth of its blocks free goes on its class's list, which the
+ * class's slots take slabs from before new ones, and a slab whose blocks are all free leaves its
+ * class for any use. Slabs are formatted when first taken, so construction does not depend on
+ * the heap's size. Each size class has a slot per SM (fewer on heaps under 16 GiB, where SMs
+ * share them: a quarter of a slab per class and slot at most), which holds one slab partly
+ * handed out. Free runs of slabs are split for shorter requests; free slabs merge into a longer
+ * run when a large block needs one (a slower search, taken only when no free run is long
+ * enough), the slots giving up their slabs if need be. Runs never span two arenas.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still

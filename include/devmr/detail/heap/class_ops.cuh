@@ -16,8 +16,7 @@ namespace devmr::detail::heap {
 /// The peers' share of `count` blocks promised to them from the bitmap of a reused slab at
 /// `slab` (blocks of 2^`shift` bytes), one word at a time from word `w`: the leader takes the
 /// bits, every peer sees which. Returns the calling lane's block if it is among them (its
-/// `place` below their count; `place` moves past them), else `mine`. Out of line: the
-/// allocating kernel holds fewer registers for it (a user's kernel keeps the rest).
+/// `place` below their count; `place` moves past them), else `mine`.
 __device__ inline std::byte* take_reused(block_bitmap const bitmap,
                                          std::uint32_t w,
                                          unsigned count,

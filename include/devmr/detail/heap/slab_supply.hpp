@@ -57,14 +57,12 @@ class slab_supply : public heap_view {
     return id;
   }
 
-  /// Orders the frees of slab `id`'s last life, taken off a stack or a bitmap, before its next
-  /// use. The free that emptied it acquired none of the others (see free_blocks), and marked
-  /// it with no release (see mark_empty); this exchange does, after the count's last
-  /// subtraction: had it come before it in the count's order, the subtraction would have found
-  /// zero, left no zero, and marked nothing. So it reads the zero the last free left, the end
-  /// of a chain of subtractions that each free began with a release, and acquires them all.
-  /// It writes the zero back, what statistics read for an empty slab. Slabs that no free
-  /// emptied (runs, fresh slabs) read any count, harmlessly.
+  /// Orders the last life of slab `id`, taken off a stack or a bitmap, before its next use: an
+  /// acquire of the `remaining` count that whoever gave the slab back left (zero). A slab of
+  /// small blocks was given back by the thread that emptied it, which acquired every free of
+  /// its blocks (slab_avail::settle) and marked it with a release; a large run by the free of
+  /// its block (a release). It writes the zero back. Slabs that nobody gave back (runs, fresh
+  /// slabs) read any count, harmlessly.
   DEVMR_HOST_DEVICE void settle(std::uint32_t id) const {
     atomic(meta(id).remaining).exchange(0, acquire);
   }

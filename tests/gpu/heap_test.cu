@@ -583,11 +583,26 @@ TEST_CASE("steady churn over a checked heap: no misuse, no failure", "[heap][gpu
   CHECK(s.double_frees == 0);
 }
 
-TEST_CASE("a thousand rounds of steady churn at 80% on 2^20 threads' worth of blocks",
+TEST_CASE("a thousand rounds of steady churn at 80% live, 2^20 threads and more, every size",
           "[heap][gpu][reuse][long]") {
-  devmr::device_pool pool{devmr::pool_options{.initial_bytes = 2 * gib}};
-  devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = gib}};
-  steady_churn(heap, 0, 0.8, 1000);  // ~940 K threads of mixed sizes
+  // Heaps sized so that 80% live takes more than 2^20 threads at each size.
+  auto const run = [](std::size_t heap_bytes, std::size_t fixed) {
+    devmr::device_pool pool{devmr::pool_options{.initial_bytes = heap_bytes + 64 * mib}};
+    devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = heap_bytes}};
+    steady_churn(heap, fixed, 0.8, 1000);
+  };
+  SECTION("16 B: 1.68 M threads on 64 MiB") {
+    run(64 * mib, 16);
+  }
+  SECTION("64 B: 1.68 M threads on 256 MiB") {
+    run(256 * mib, 64);
+  }
+  SECTION("4 KiB: 1.26 M threads on 12 GiB") {
+    run(12 * gib, 4096);
+  }
+  SECTION("mixed: 1.42 M threads on 3 GiB") {
+    run(3 * gib, 0);
+  }
 }
 
 TEST_CASE("free slabs merge again: one block as large as the heap", "[heap][gpu]") {

@@ -213,6 +213,25 @@ __device__ __forceinline__ bool tags_hold(void const* p, unsigned bytes, std::ui
   return words[0] == first_tag(h) && words[bytes / 4u - 1u] == last_tag(h);
 }
 
+/// Frees the block in slot `j` of thread `i` (full), after checking its tags, and empties the
+/// slot: its size and tags follow from the round that allocated it. False when a tag changed.
+template <class Allocator>
+__device__ bool free_slot(Allocator& allocator,
+                          slot_arrays const& s,
+                          unsigned size_arg,
+                          std::uint64_t seed_key,
+                          std::size_t i,
+                          unsigned j) {
+  std::size_t const at = j * s.n + i;
+  void* const p = s.ptrs[at];
+  std::uint64_t const born = slot_hash(seed_key, s.born[at], i, j);
+  unsigned const bytes = block_bytes(born, size_arg);
+  bool const intact = tags_hold(p, bytes, born);
+  allocator.deallocate(p, bytes);
+  s.ptrs[at] = nullptr;
+  return intact;
+}
+
 /// One round: every toggled slot frees its block (after checking its tags) or allocates one.
 template <class Allocator>
 __global__ void round_kernel(Allocator allocator,
@@ -241,11 +260,7 @@ __global__ void round_kernel(Allocator allocator,
       std::size_t const at = j * s.n + i;
       void* p = s.ptrs[at];
       if (p != nullptr) {
-        std::uint64_t const born = slot_hash(seed_key, s.born[at], i, j);
-        unsigned const bytes = block_bytes(born, size_arg);
-        tag_errors += tags_hold(p, bytes, born) ? 0u : 1u;
-        allocator.deallocate(p, bytes);
-        s.ptrs[at] = nullptr;
+        tag_errors += free_slot(allocator, s, size_arg, seed_key, i, j) ? 0u : 1u;
         ++frees;
         continue;
       }
@@ -320,11 +335,7 @@ __global__ void drain_kernel(Allocator allocator,
         ++abandoned;
         continue;
       }
-      std::uint64_t const born = slot_hash(seed_key, s.born[at], i, j);
-      unsigned const bytes = block_bytes(born, size_arg);
-      tag_errors += tags_hold(p, bytes, born) ? 0u : 1u;
-      allocator.deallocate(p, bytes);
-      s.ptrs[at] = nullptr;
+      tag_errors += free_slot(allocator, s, size_arg, seed_key, i, j) ? 0u : 1u;
       ++frees;
     }
   }

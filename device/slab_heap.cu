@@ -78,7 +78,8 @@ __global__ void reset_kernel(heap_header* h) {
     for (std::uint64_t w = t; w < words; w += blockDim.x) {
       h->arenas[a].empty_bits[w] = 0;
     }
-    std::uint64_t const lists = num_classes * listed_words(h->arenas[a].slabs);
+    std::uint64_t const lists =
+        num_classes * slab_set_words(static_cast<std::uint32_t>(h->arenas[a].slabs));
     for (std::uint64_t w = t; w < lists; w += blockDim.x) {
       h->arenas[a].listed[w] = 0;
     }
@@ -252,10 +253,14 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
   // must start out clear; the block bitmaps apart (a slab's is formatted when it takes a class).
   std::size_t const empty_offset = slabs * sizeof(hp::slab_meta);
   std::size_t const listed_offset = empty_offset + hp::empty_words(slabs) * sizeof(std::uint64_t);
-  arena_memory a{
-      nullptr, slabs * hp::slab_bytes,
-      nullptr, listed_offset + hp::num_classes * hp::listed_words(slabs) * sizeof(std::uint32_t),
-      nullptr, slabs * hp::block_words_per_slab * sizeof(std::uint32_t)};
+  arena_memory a{nullptr,
+                 slabs * hp::slab_bytes,
+                 nullptr,
+                 listed_offset + hp::num_classes *
+                                     hp::slab_set_words(static_cast<std::uint32_t>(slabs)) *
+                                     sizeof(std::uint32_t),
+                 nullptr,
+                 slabs * hp::block_words_per_slab * sizeof(std::uint32_t)};
   try {
     a.data = upstream_->allocate(a.data_bytes, hp::slab_bytes);
     a.meta = upstream_->allocate(a.meta_bytes, 256);

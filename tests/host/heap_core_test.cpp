@@ -40,7 +40,8 @@ class host_heap {
       std::size_t const empty_bytes = empty_words(slabs) * sizeof(std::uint64_t);
       auto* empty = static_cast<std::uint64_t*>(std::aligned_alloc(64, empty_bytes));
       std::memset(empty, 0, empty_bytes);
-      std::size_t const list_bytes = (num_classes * listed_words(slabs) * 4 + 63) / 64 * 64;
+      std::size_t const list_bytes =
+          (num_classes * slab_set_words(static_cast<std::uint32_t>(slabs)) * 4 + 63) / 64 * 64;
       auto* listed = static_cast<std::uint32_t*>(std::aligned_alloc(64, list_bytes));
       std::memset(listed, 0, list_bytes);
       add_arena(*header_, arena_desc{base, meta, bits, listed, empty, slabs});

@@ -74,11 +74,12 @@ __device__ inline void device_deallocate(heap_header* h,
   block_ref b{make_slab_id(0, static_cast<std::uint32_t>(off >> slab_shift)), class_of_size(size),
               0};
   b.block = static_cast<std::uint32_t>((off & (slab_bytes - 1)) >> (b.cls + min_block_shift));
+  unsigned const sm = sm_id();
   bool valid = fast;
   if (!fast) {
-    valid = core.find_block(p, size, sm_id(), b, relaxed);
+    valid = core.find_block(p, size, sm, b, relaxed);
   }
-  warp_free(core.slots(), b.id, b.cls, b.block, valid, sm_id(), callers);
+  warp_free(core.slots(), b.id, b.cls, b.block, valid, sm, callers);
 }
 
 /// Allocates from the heap at `h`, reading arena 0's entry and the checked flag from its header

@@ -67,20 +67,6 @@ class heap_core : public slab_supply {
     return {heap_slabs{h_, first_, checked_}, &h_->slots[0].classes[0], num_classes, max_slots};
   }
 
-  /// The slots that claims use: the mask's count, and on the device no more than the SMs (an SM
-  /// claims in the slot of its id under the mask), so that scans of the slots skip those that
-  /// nobody uses.
-  DEVMR_HOST_DEVICE std::uint32_t slots_in_use() const {
-    std::uint32_t const slots = read_only(h_->slot_mask) + 1;
-#if DEVMR_IS_DEVICE_CODE
-    unsigned sms = 0;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
-    return slots < sms ? slots : sms;
-#else
-    return slots;
-#endif
-  }
-
   // ---- small blocks -------------------------------------------------------------------------
 
   /// One block of class `cls` through slot `slot` (host paths and tests; kernels claim for a

@@ -18,7 +18,6 @@
 
 namespace devmr::detail::heap {
 
-static_assert(listed_words(1000) == slab_set_words(1000) && listed_words(64) == slab_set_words(64));
 static_assert(block_words_per_slab == bitmap_words_for(max_blocks_per_slab));
 
 /// The slabs of one heap, as class_slots sees them. `first` is arena 0's entry, which the fast
@@ -43,7 +42,8 @@ class heap_slabs {
   DEVMR_HOST_DEVICE std::uint32_t list_parts() const { return read_only(h_->arena_count); }
   DEVMR_HOST_DEVICE slab_set listed(unsigned cls, std::uint32_t part) const {
     std::uint64_t const slabs = read_only(h_->arenas[part].slabs);
-    return {read_only(h_->arenas[part].listed) + cls * listed_words(slabs),
+    return {read_only(h_->arenas[part].listed) +
+                cls * slab_set_words(static_cast<std::uint32_t>(slabs)),
             bitmap_words_for(static_cast<std::uint32_t>(slabs))};
   }
   DEVMR_HOST_DEVICE static std::uint32_t member(std::uint32_t id) { return index_of(id); }

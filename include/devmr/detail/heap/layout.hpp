@@ -156,14 +156,6 @@ DEVMR_HOST_DEVICE constexpr std::uint64_t empty_words(std::uint64_t slabs) {
 /// 32-bit words of one slab's block bitmap: room for the smallest class (8 KiB a slab, 0.8%).
 inline constexpr std::size_t block_words_per_slab = max_blocks_per_slab / 32;
 
-/// 32-bit words of one size class's list of slabs with blocks to reuse, in an arena of `slabs`
-/// slabs: a bitmap with two levels of summary (see slab_set.hpp).
-DEVMR_HOST_DEVICE constexpr std::uint64_t listed_words(std::uint64_t slabs) {
-  std::uint64_t const words = (slabs + 31) / 32;
-  std::uint64_t const summaries = (words + 31) / 32;
-  return words + summaries + (summaries + 31) / 32;
-}
-
 /// One arena: a slab-aligned range of memory taken from the pool, with its metadata. Written by
 /// the host before the arena is published through heap_header::arena_count; never changed after.
 struct arena_desc {
@@ -171,7 +163,7 @@ struct arena_desc {
   slab_meta* meta;            ///< one per slab
   std::uint32_t* block_bits;  ///< block_words_per_slab words per slab: its free blocks (see
                               ///< block_bitmap.hpp)
-  std::uint32_t* listed;      ///< num_classes lists of listed_words(slabs) words, which start
+  std::uint32_t* listed;      ///< num_classes lists of slab_set_words(slabs) words, which start
                               ///< out clear: the slabs of each class with blocks to reuse
   std::uint64_t* empty_bits;  ///< empty_words(slabs) words: a bit is set while the slab it
                               ///< stands for has had every block freed and waits to be taken;

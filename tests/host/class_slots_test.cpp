@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -109,6 +110,32 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   CHECK(avail.take_full());
 }
 
+TEST_CASE("a claim takes blocks straight from a listed slab, all or none, keeping some",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail{word, 64, 2};  // threshold 8, keeps 4 for its next opening
+  static_assert(direct_keep(64) == 4);
+  avail.open_fresh();
+  CHECK_FALSE(avail.claim_listed(1));  // a slot holds it
+  CHECK(avail.close(20) == avail_event::listed);
+  CHECK(avail.claim_listed(10));
+  CHECK((word & avail_count_mask) == 10u);
+  CHECK((word & avail_listed) != 0);   // still listed
+  CHECK_FALSE(avail.claim_listed(6));  // 10 - 6 would leave no more than the 4 it keeps
+  CHECK((word & avail_count_mask) == 10u);
+  CHECK(avail.claim_listed(5));
+  CHECK((word & avail_count_mask) == 5u);
+  slab_avail const other{word, 64, 3};
+  CHECK(avail.free(40) == avail_event::none);  // 45
+  CHECK_FALSE(other.claim_listed(1));          // another class's claim
+  CHECK(avail.open_listed() == 34);            // a slot opens it: 45 - 45 / 4
+  CHECK_FALSE(avail.claim_listed(1));
+  CHECK(avail.close(34) == avail_event::listed);  // the slot gave its promise back: 45
+  CHECK(avail.free(19) == avail_event::full_listed);
+  CHECK_FALSE(avail.claim_listed(1));  // every block free: the free that made it so takes it
+  CHECK(avail.take_full());
+}
+
 TEST_CASE("frees racing past the threshold list the slab exactly once", "[reuse][avail]") {
   for (int round = 0; round < 200; ++round) {
     std::uint32_t word = 0;
@@ -170,6 +197,28 @@ TEST_CASE("a slab set hands each member out once and finds them through its summ
   set.top(0) = 1;
   CHECK(set.take(0) == 12u);
   CHECK(set.top(0) == 0u);
+}
+
+TEST_CASE("a slab set's find leaves members in it and spreads over them", "[reuse][set]") {
+  std::uint32_t const members = 100000;
+  std::vector<std::uint32_t> words(slab_set_words(members), 0);
+  slab_set const set{words.data(), bitmap_words_for(members)};
+  CHECK(set.find(12345) == no_member);
+  std::vector<std::uint32_t> const in{3, 40, 41, 70, 4100, 65000, 99999};
+  for (std::uint32_t m : in) {
+    set.insert(m);
+  }
+  std::set<std::uint32_t> found;
+  for (std::uint32_t seed = 0; seed < 4096; ++seed) {
+    std::uint32_t const m = set.find(spread_seed(seed));
+    REQUIRE(std::find(in.begin(), in.end(), m) != in.end());
+    found.insert(m);
+  }
+  CHECK(found.size() == in.size());  // every member, from one place or another
+  for (std::uint32_t m : in) {       // and none taken
+    CHECK(set.erase(m));
+  }
+  CHECK(set.find(7) == no_member);
 }
 
 TEST_CASE("a large slab set finds members past its first top word, from any start",
@@ -466,6 +515,37 @@ TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again",
   CHECK(std::includes(freed.begin(), freed.end(), again.begin(), again.end()));
   CHECK(heap.double_handouts == 0);
   CHECK(heap.bad_blocks == 0);
+}
+
+TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[reuse][slots]") {
+  test_heap heap{2, 1};
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);   // class 3: both slabs, 128 blocks each
+  CHECK(heap.slots.take_direct(3, 1, 0).count == 0);  // nothing listed
+  // Free 40 blocks of slab 0, closed (its slot moved on): listed with 40 (threshold 16, 8 kept).
+  std::vector<std::uint32_t> freed;
+  for (std::uint32_t key : got) {
+    if (key < 1024 && key % 3 == 0 && freed.size() < 40) {
+      freed.push_back(key);
+      heap.free(3, key, 1, 0);
+    }
+  }
+  REQUIRE(heap.counted_free_blocks() == 40);
+  block_claim const direct = heap.slots.take_direct(3, 30, 0);
+  REQUIRE(direct.count == 30);
+  CHECK(direct.id == 0u);
+  CHECK_FALSE(direct.fresh);
+  CHECK(heap.counted_free_blocks() == 10);
+  CHECK(heap.slots.take_direct(3, 2, 0).count == 0);  // 10 - 2 would leave no more than 8
+  std::vector<std::uint32_t> again;
+  heap.slots.take(direct, 3, [&](std::uint32_t b) { again.push_back(heap.key_of(0, b)); });
+  std::sort(again.begin(), again.end());
+  std::sort(freed.begin(), freed.end());
+  CHECK(again.size() == 30);
+  CHECK(std::adjacent_find(again.begin(), again.end()) == again.end());
+  CHECK(std::includes(freed.begin(), freed.end(), again.begin(), again.end()));
+  // The slab is still listed: an install opens it for what is left.
+  CHECK((heap.memory.avail[0] & avail_listed) != 0);
 }
 
 TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[reuse][slots]") {

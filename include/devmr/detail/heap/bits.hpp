@@ -45,6 +45,20 @@ DEVMR_HOST_DEVICE inline std::uint32_t lowest_bit_index(std::uint32_t x) {
 #endif
 }
 
+/// The index of set bit number `k` modulo the set bits of `x` (not 0), counted from the lowest:
+/// with `k` spread, a pick among the set bits that favours none.
+DEVMR_HOST_DEVICE inline std::uint32_t nth_set_bit(std::uint32_t x, std::uint32_t k) {
+  unsigned const n = k % popcount32(x);
+#if DEVMR_IS_DEVICE_CODE
+  return __fns(x, 0, static_cast<int>(n) + 1);
+#else
+  for (unsigned i = 0; i < n; ++i) {
+    x &= x - 1;
+  }
+  return lowest_bit_index(x);
+#endif
+}
+
 /// The `n` lowest set bits of `x` (all of them when it has no more than `n`).
 DEVMR_HOST_DEVICE inline std::uint32_t lowest_bits(std::uint32_t x, unsigned n) {
 #if DEVMR_IS_DEVICE_CODE

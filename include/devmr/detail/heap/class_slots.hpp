@@ -161,8 +161,12 @@ class class_slots {
       if (slot_is_vacant(seen) || slot_just_used_up(seen)) {
         return install(cls, slot, want, hint);
       }
-      // Another claim installs the next slab. Wait for it, but not without bound: then take the
-      // install over, and the others wait for this thread in turn.
+      // Another claim installs the next slab. A slab on the class's list serves the claim
+      // without waiting, if one has the blocks; else wait for the install, but not without
+      // bound: then take it over, and the others wait for this thread in turn.
+      if (block_claim const direct = take_direct(cls, want, hint); direct.count != 0) {
+        return direct;
+      }
       std::uint32_t const id = slot_id(seen);
       seen = wait_for_install(w, seen);
       if (slot_still_waiting(seen, id) && take_over(cls, slot, seen, id, hint)) {
@@ -174,6 +178,34 @@ class class_slots {
         return got;
       }
     }
+  }
+
+  /// All `want` blocks of class `cls` from a slab on the class's list, taken straight from its
+  /// count (slab_avail::claim_listed), without a slot; none when the slab that a look at the
+  /// list finds cannot serve them, or the class has more than direct_max_blocks blocks a slab. Claims that find their slot's slab used up take this way
+  /// while one of them installs the next, so that they neither wait for that install nor
+  /// queue behind it: many such claims at once spread over the list's slabs and over each
+  /// slab's bitmap. Out of line: a slow path.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim take_direct(unsigned cls,
+                                                           std::uint32_t want,
+                                                           unsigned hint) const {
+    if (slabs_.blocks(cls) > direct_max_blocks) {
+      return no_claim;
+    }
+    std::uint32_t const seed = spread_seed(hint);
+    std::uint32_t const parts = slabs_.list_parts();
+    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
+      std::uint32_t const part = (hint + n) % parts;
+      std::uint32_t const member = slabs_.listed(cls, part).find(seed);
+      if (member == no_member) {
+        continue;
+      }
+      std::uint32_t const id = slabs_.slab_of(part, member);
+      if (avail(id, cls).claim_listed(want)) {
+        return {id, seed % bitmap_words_for(slabs_.blocks(cls)), want, false};
+      }
+    }
+    return no_claim;
   }
 
   /// Takes the blocks of `got` (a claim of class `cls`), calling `sink(block)` with the index

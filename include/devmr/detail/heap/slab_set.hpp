@@ -108,6 +108,32 @@ struct slab_set {
     return no_member;
   }
 
+  /// A member of the set, left in it: one picked by `seed` (any value) among those that a look
+  /// down one path of summary bits finds, so that threads that look at the same moment spread
+  /// over the members; no_member when the set looked empty. Loads only: the member may be gone
+  /// by the time the caller acts on it, as any member may (see the top of this file).
+  DEVMR_HOST_DEVICE std::uint32_t find(std::uint32_t seed) const {
+    std::uint32_t const tops = bitmap_words_for(summaries());
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < tops; ++i) {
+      std::uint32_t const t = (seed + i) % tops;
+      // acquire: pairs with the releases of mark_word.
+      for (std::uint32_t marked = atomic(top(t)).load(acquire); marked != 0;) {
+        std::uint32_t const sb = nth_set_bit(marked, seed >> 8);
+        std::uint32_t const s = t * bitmap_word_bits + sb;
+        for (std::uint32_t words_marked = atomic(summary(s)).load(acquire); words_marked != 0;) {
+          std::uint32_t const wb = nth_set_bit(words_marked, seed >> 14);
+          std::uint32_t const w = s * bitmap_word_bits + wb;
+          if (std::uint32_t const members = atomic(words[w]).load(relaxed); members != 0) {
+            return w * bitmap_word_bits + nth_set_bit(members, seed >> 20);
+          }
+          words_marked &= ~(1u << wb);  // bare: a hint out of date
+        }
+        marked &= ~(1u << sb);
+      }
+    }
+    return no_member;
+  }
+
   /// Takes a slab off the set, looking at the summary words from the one of bitmap word
   /// `start` (any value; modulo the words) on and around once: its index, or no_member when
   /// the set looked empty. Clears the summary bits of bare words it looks at.

@@ -13,8 +13,9 @@
 //    free blocks it had then; the claim takes as many bits from the slab's bitmap, looking from a
 //    word that its place among the slot's claims picks, so that claims spread over the bitmap.
 // When a slot's promise runs out, one claim installs the next slab: the claim that used it up
-// if it still wants blocks, else the first claim that finds it used up. The others wait for the
-// install, but only for a bounded time: then one of them takes the install over, so that a
+// if it still wants blocks, else the first claim that finds it used up. The others take their
+// blocks straight from a slab on their class's list if one has them (take_direct), else wait for
+// the install, but only for a bounded time: then one of them takes the install over, so that a
 // descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot closes
 // it: the blocks promised and never claimed go back to its count (slab_avail), after which frees
 // list it for reuse, or empty it for any class.
@@ -182,10 +183,10 @@ class class_slots {
 
   /// All `want` blocks of class `cls` from a slab on the class's list, taken straight from its
   /// count (slab_avail::claim_listed), without a slot; none when the slab that a look at the
-  /// list finds cannot serve them, or the class has more than direct_max_blocks blocks a slab. Claims that find their slot's slab used up take this way
-  /// while one of them installs the next, so that they neither wait for that install nor
-  /// queue behind it: many such claims at once spread over the list's slabs and over each
-  /// slab's bitmap. Out of line: a slow path.
+  /// list finds cannot serve them, or the class has more than direct_max_blocks blocks a slab.
+  /// Claims that find their slot's slab used up take this way while one of them installs the next,
+  /// so that they neither wait for that install nor queue behind it: many such claims at once
+  /// spread over the list's slabs and over each slab's bitmap. Out of line: a slow path.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim take_direct(unsigned cls,
                                                            std::uint32_t want,
                                                            unsigned hint) const {

@@ -268,8 +268,11 @@ DEVMR_HOST_DEVICE inline slab_use slab_usage(heap_header const& h,
   if (tag == tag_large) {
     return m.remaining == large_run_count ? slab_use::large : slab_use::none;
   }
+  if (tag >= num_classes) {
+    return slab_use::none;  // its count was never written if it never held small blocks
+  }
   std::uint32_t const avail = m.avail;
-  if (tag >= num_classes || (avail & avail_class_mask) == avail_no_class) {
+  if ((avail & avail_class_mask) == avail_no_class) {
     return slab_use::none;
   }
   cls = tag;

@@ -347,14 +347,25 @@ class class_slots {
 
  private:
   /// A slab off class `cls`'s list, opened for the caller's slot with `promised` blocks;
-  /// no_slab when the list has none. Searches from SMs start apart.
+  /// no_slab when the list has none. Each search first tries a member that a look down the
+  /// list's summaries picks at random (slab_set::find), so that installs that search at once
+  /// take different slabs instead of meeting on the first member of the list; then it searches
+  /// in order, from a place of its SM.
   DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
                                               unsigned hint,
                                               std::uint32_t& promised) const {
     std::uint32_t const parts = slabs_.list_parts();
+    std::uint32_t const seed = spread_seed(hint);
     DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
       std::uint32_t const part = (hint + n) % parts;
       slab_set const set = slabs_.listed(cls, part);
+      if (std::uint32_t const member = set.find(seed); member != no_member && set.erase(member)) {
+        std::uint32_t const id = slabs_.slab_of(part, member);
+        promised = avail(id, cls).open_listed();
+        if (promised != 0) {
+          return id;
+        }
+      }
       std::uint32_t start = hint;
       for (;;) {
         std::uint32_t const member = set.take(start);

@@ -517,6 +517,40 @@ TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again",
   CHECK(heap.bad_blocks == 0);
 }
 
+TEST_CASE("installs take their class's listed slabs in no fixed order", "[reuse][slots]") {
+  test_heap heap{12, 1};
+  std::vector<std::uint32_t> got;
+  // Class 3: 128 blocks a slab; all twelve slabs handed out, the last one still the slot's.
+  REQUIRE(heap.allocate(3, 0, 12 * 128, 1, got) == 12 * 128);
+  // 40 blocks freed in each of slabs 0 to 10, closed: all listed (threshold 16).
+  for (std::uint32_t key : got) {
+    if (key / 1024 < 11 && key % 1024 < 40) {
+      heap.free(3, key, 1, 0);
+    }
+  }
+  // Each install opens one listed slab and promises 30 of its 40 blocks; a claim of 30 uses
+  // the promise up, and the next claim installs again (the slab closes with the 10 it kept,
+  // below the threshold: not listed again).
+  std::vector<std::uint32_t> picks;
+  for (int i = 0; i < 11; ++i) {
+    std::vector<std::uint32_t> blocks;
+    REQUIRE(heap.allocate(3, 0, 30, 2, blocks) == 30);
+    std::uint32_t const slab = blocks.front() / 1024;
+    CHECK(std::all_of(blocks.begin(), blocks.end(),
+                      [&](std::uint32_t key) { return key / 1024 == slab; }));
+    picks.push_back(slab);
+  }
+  // Every listed slab once; a search in order would have taken them lowest first, as installs
+  // from many slots at once would then all look for the same one. (Sorted by chance: 1 in 11!.)
+  CHECK_FALSE(std::is_sorted(picks.begin(), picks.end()));
+  std::sort(picks.begin(), picks.end());
+  for (std::uint32_t i = 0; i < 11; ++i) {
+    CHECK(picks[i] == i);
+  }
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+}
+
 TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[reuse][slots]") {
   test_heap heap{2, 1};
   std::vector<std::uint32_t> got;

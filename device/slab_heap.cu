@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -69,6 +70,9 @@ __global__ void reset_kernel(heap_header* h) {
   }
   for (unsigned s = t; s < num_classes * max_slots; s += blockDim.x) {
     h->slots[s / num_classes].classes[s % num_classes] = vacant_class_slot;
+  }
+  if (t == 0) {
+    h->slot_widths.widths = slot_width::initial(h->slot_widths.base, num_classes);  // none in use
   }
   for (unsigned s = t; s < max_slots; s += blockDim.x) {
     h->empty_cursor[s] = first_cursor(*h, s);
@@ -304,8 +308,12 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
                             cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->frontier[index], &image_->frontier[index],
                             sizeof(std::uint64_t), cudaMemcpyDefault));
-  DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_mask, &image_->slot_mask, sizeof(std::uint32_t),
-                            cudaMemcpyDefault));
+  // The slots' share of every class and their budget (adjacent); the width that kernels set
+  // stays, and widens to the new share as claims wait.
+  static_assert(offsetof(hp::slot_shape, budget) ==
+                offsetof(hp::slot_shape, base) + sizeof(std::uint32_t));
+  DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.base, &image_->slot_widths.base,
+                            2 * sizeof(std::uint32_t), cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->arena_count, &image_->arena_count, sizeof(std::uint32_t),
                             cudaMemcpyDefault));
   std::lock_guard lock{hp::registry_mutex};

@@ -517,40 +517,6 @@ TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again",
   CHECK(heap.bad_blocks == 0);
 }
 
-TEST_CASE("installs take their class's listed slabs in no fixed order", "[reuse][slots]") {
-  test_heap heap{12, 1};
-  std::vector<std::uint32_t> got;
-  // Class 3: 128 blocks a slab; all twelve slabs handed out, the last one still the slot's.
-  REQUIRE(heap.allocate(3, 0, 12 * 128, 1, got) == 12 * 128);
-  // 40 blocks freed in each of slabs 0 to 10, closed: all listed (threshold 16).
-  for (std::uint32_t key : got) {
-    if (key / 1024 < 11 && key % 1024 < 40) {
-      heap.free(3, key, 1, 0);
-    }
-  }
-  // Each install opens one listed slab and promises 30 of its 40 blocks; a claim of 30 uses
-  // the promise up, and the next claim installs again (the slab closes with the 10 it kept,
-  // below the threshold: not listed again).
-  std::vector<std::uint32_t> picks;
-  for (int i = 0; i < 11; ++i) {
-    std::vector<std::uint32_t> blocks;
-    REQUIRE(heap.allocate(3, 0, 30, 2, blocks) == 30);
-    std::uint32_t const slab = blocks.front() / 1024;
-    CHECK(std::all_of(blocks.begin(), blocks.end(),
-                      [&](std::uint32_t key) { return key / 1024 == slab; }));
-    picks.push_back(slab);
-  }
-  // Every listed slab once; a search in order would have taken them lowest first, as installs
-  // from many slots at once would then all look for the same one. (Sorted by chance: 1 in 11!.)
-  CHECK_FALSE(std::is_sorted(picks.begin(), picks.end()));
-  std::sort(picks.begin(), picks.end());
-  for (std::uint32_t i = 0; i < 11; ++i) {
-    CHECK(picks[i] == i);
-  }
-  CHECK(heap.double_handouts == 0);
-  CHECK(heap.bad_blocks == 0);
-}
-
 TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[reuse][slots]") {
   test_heap heap{2, 1};
   std::vector<std::uint32_t> got;
@@ -580,6 +546,88 @@ TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[
   CHECK(std::includes(freed.begin(), freed.end(), again.begin(), again.end()));
   // The slab is still listed: an install opens it for what is left.
   CHECK((heap.memory.avail[0] & avail_listed) != 0);
+}
+
+TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new class narrows it",
+          "[reuse][slots][width]") {
+  test_slab_memory memory{16};
+  constexpr unsigned slot_count = 8;
+  std::vector<std::uint64_t> words(std::size_t{slot_count} * test_classes, vacant_class_slot);
+  slot_shape shape{slot_width::initial(0, test_classes), 0, 8};  // one slot a class to start
+  class_slots<test_slabs> const slots{test_slabs{&memory}, words.data(), test_classes, slot_count,
+                                      &shape};
+  // Class 1 (512 blocks a slab, listed once 64 are free). The blocks of each slab in use.
+  std::vector<std::vector<std::uint32_t>> out(memory.slabs);
+  auto const claim = [&](unsigned slot, std::uint32_t want) {
+    block_claim got = slots.claim(1, slot, want, 0);
+    if (is_moved(got)) {
+      got = slots.claim(1, got.id, want, 0);
+    }
+    slots.take(got, 1, [&](std::uint32_t b) { out[got.id].push_back(b); });
+    return got.count;
+  };
+  auto const use_up = [&](unsigned slot) {  // claims what is left of the slot's slab
+    std::uint64_t const at = atomic(slots.word(1, slot)).load(relaxed);
+    std::uint32_t const left = slot_promised(at) - slot_claimed(at);
+    REQUIRE(claim(slot, left) == left);
+    return slot_id(at);
+  };
+  auto const free_some = [&](std::uint32_t id) {  // 100 blocks: the closed slab is listed
+    for (int i = 0; i < 100; ++i) {
+      slots.free_block(id, 1, out[id].back(), 0);
+      out[id].pop_back();
+    }
+    REQUIRE((memory.avail[id] & avail_listed) != 0);
+  };
+  auto const class_1_slabs = [&] { return std::count(memory.cls.begin(), memory.cls.end(), 1u); };
+  // The class's first install takes an empty slab: it comes into use, at the base width.
+  REQUIRE(claim(0, 1) == 1);
+  CHECK(slot_width::classes_of(shape.widths) == 1u << 1);
+  CHECK(slots.width().mask(1) == 0);
+  // The install after a used-up slab, with nothing listed, takes another empty one: no change.
+  std::uint32_t closed = use_up(0);
+  REQUIRE(claim(0, 1) == 1);
+  CHECK(slots.width().mask(1) == 0);
+  // Each install that takes a listed slab after a used-up one doubles the width, up to the
+  // budget of 8 slabs with one class in use.
+  auto const widen_to = [&](std::initializer_list<std::uint32_t> masks) {
+    for (std::uint32_t mask : masks) {
+      free_some(closed);
+      closed = use_up(0);
+      REQUIRE(claim(0, 1) == 1);
+      CHECK(slots.width().mask(1) == mask);
+    }
+  };
+  widen_to({1u, 3u, 7u, 7u});
+  CHECK(slots.slot_of(1, 5) == 5);
+  CHECK(slots.slot_of(1, 13) == 5);
+  CHECK(slots.slot_of(2, 5) == 0);
+  // A slot past the base width takes no empty slab: with nothing listed, its claim is served at
+  // slot 0, the slot stays vacant, and the class goes back to the base width.
+  std::uint32_t const claimed = slot_claimed(slots.word(1, 0));
+  auto const slabs_before = class_1_slabs();
+  REQUIRE(claim(6, 1) == 1);
+  CHECK(slot_is_vacant(slots.word(1, 6)));
+  CHECK(slot_claimed(slots.word(1, 0)) == claimed + 1);
+  CHECK(class_1_slabs() == slabs_before);
+  CHECK(slots.width().mask(1) == 0);
+  // It widens again; slot 5 takes a listed slab, not an empty one.
+  widen_to({1u, 3u, 7u});
+  free_some(closed);
+  REQUIRE(claim(5, 1) == 1);
+  CHECK(slot_id(slots.word(1, 5)) == closed);
+  CHECK(class_1_slabs() == slabs_before);
+  // Class 2 installs for the first time: two classes share the budget, 4 slots each, and slot 5
+  // of class 1 is past its width.
+  REQUIRE(slots.claim(2, 0, 1, 0).count == 1);
+  CHECK(slot_width::classes_of(shape.widths) == ((1u << 1) | (1u << 2)));
+  CHECK(slots.width().mask(1) == 3);
+  CHECK(slots.slot_of(1, 5) == 1);
+  // Out of empty slabs, class 1 gives up the slab of slot 5, and keeps those of slots 0 to 3.
+  CHECK(slots.release_slots(1, 0));
+  CHECK(slot_is_vacant(slots.word(1, 5)));
+  CHECK(is_slab(slot_id(slots.word(1, 0))));
+  CHECK_FALSE(is_slab(slot_id(slots.word(2, 0))));  // another class's: given up
 }
 
 TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[reuse][slots]") {

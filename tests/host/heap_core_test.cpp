@@ -176,7 +176,8 @@ TEST_CASE("size classes cover 16 B to half a slab", "[heap][core]") {
   }
 }
 
-TEST_CASE("slots per class: a quarter of a slab per class and slot, one to 256", "[heap][core]") {
+TEST_CASE("slots per class: a quarter of the slabs shared by the classes, one to 256 each",
+          "[heap][core]") {
   CHECK(slot_mask_for(1) == 0);
   CHECK(slot_mask_for(64) == 0);
   CHECK(slot_mask_for(512) == 7);    // 512 MiB
@@ -186,6 +187,14 @@ TEST_CASE("slots per class: a quarter of a slab per class and slot, one to 256",
     std::uint64_t const slots = slot_mask_for(slabs) + 1;
     CHECK((slots == 1 || slots * num_classes * 4 <= slabs));
   }
+  CHECK(slot_budget_for(512) == 128);
+  host_heap heap{{512}, false};
+  heap_header const& h = heap.header();
+  CHECK(h.slot_widths.base == 7);
+  CHECK(h.slot_widths.budget == 128);
+  // Claims start at the share of every class, none in use; one class alone may widen to 128.
+  CHECK(h.slot_widths.widths == slot_width::initial(7, num_classes));
+  CHECK(heap.core().slots().width().budget() == 128);
 }
 
 TEST_CASE("a fresh slab hands out consecutive aligned blocks; freed ones come out again",
@@ -384,7 +393,7 @@ std::uint64_t churn(host_heap& heap,
   std::size_t live_bytes = 0;
   std::uint64_t failures = 0;
   std::uint32_t tag = thread << 24;
-  unsigned const slot = (thread / 2) % (heap.header().slot_mask + 1);
+  unsigned const slot = (thread / 2) % (heap.header().slot_widths.base + 1);
   auto give_back = [&](live_block const& b) {
     if (!tags_intact(b) || !granules.give(b.first)) {
       ++errors;

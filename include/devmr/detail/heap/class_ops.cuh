@@ -77,12 +77,19 @@ __device__ std::byte* warp_allocate(
     if (leads) {
       got = slots.claim(cls, slot, rest, hint);
     }
-    got.count = __shfl_sync(peers, got.count | (got.fresh ? 1u << 31 : 0u), leader);
+    constexpr unsigned fresh_bit = 1u << 31;
+    constexpr unsigned moved = 1u << 30;  // no blocks: claim again at the base width
+    got.count = __shfl_sync(
+        peers, got.count | (got.fresh ? fresh_bit : 0u) | (is_moved(got) ? moved : 0u), leader);
+    if (got.count == moved) {
+      slot = __shfl_sync(peers, got.id, leader);  // of the base width: sends no claim on
+      continue;
+    }
     if (got.count == 0) {
       break;
     }
-    bool const fresh = (got.count >> 31) != 0;
-    got.count &= ~(1u << 31);
+    bool const fresh = (got.count & fresh_bit) != 0;
+    got.count &= ~fresh_bit;
     got.id = __shfl_sync(peers, got.id, leader);
     got.first = __shfl_sync(peers, got.first, leader);
     std::byte* const slab = slots.slabs().data(got.id);

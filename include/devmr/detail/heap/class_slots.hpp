@@ -30,6 +30,7 @@
 #include <devmr/detail/heap/layout.hpp>
 #include <devmr/detail/heap/slab_avail.hpp>
 #include <devmr/detail/heap/slab_set.hpp>
+#include <devmr/detail/heap/slot_width.hpp>
 
 #include <cstdint>
 
@@ -85,6 +86,15 @@ struct block_claim {
   bool fresh;
 };
 inline constexpr block_claim no_claim{no_slab, 0, 0, false};
+/// What a claim at a slot past the base width gets when that slot has nothing to reuse (see
+/// class_slots::install): no blocks, and `id` names the slot of the base width where the caller
+/// claims again.
+DEVMR_HOST_DEVICE constexpr block_claim moved_claim(unsigned slot) {
+  return {slot, 1, 0, false};
+}
+DEVMR_HOST_DEVICE constexpr bool is_moved(block_claim const& c) {
+  return c.count == 0 && c.first == 1;
+}
 
 /**
  * The slots of the size classes over the slabs that `Slabs` describes. `Slabs` gives:
@@ -100,6 +110,7 @@ inline constexpr block_claim no_claim{no_slab, 0, 0, false};
  *  - `bump_fresh()`: whether a fresh slab hands its blocks out in order (else from its bitmap,
  *    all set, as a reused slab does).
  * `words`: the slot words, `slot_count` for each class, slot-major (an SM's words share lines).
+ * `shape`: how many of them the claims use (slot_width.hpp); nullptr: all, always.
  */
 template <class Slabs>
 class class_slots {
@@ -107,11 +118,21 @@ class class_slots {
   DEVMR_HOST_DEVICE class_slots(Slabs slabs,
                                 std::uint64_t* words,
                                 unsigned classes,
-                                unsigned slot_count)
-      : slabs_{slabs}, words_{words}, classes_{classes}, slot_count_{slot_count} {}
+                                unsigned slot_count,
+                                slot_shape* shape = nullptr)
+      : slabs_{slabs},
+        words_{words},
+        classes_{classes},
+        slot_count_{slot_count},
+        width_{shape, slot_count} {}
 
   DEVMR_HOST_DEVICE Slabs const& slabs() const { return slabs_; }
   DEVMR_HOST_DEVICE unsigned slot_count() const { return slot_count_; }
+  DEVMR_HOST_DEVICE slot_width const& width() const { return width_; }
+  /// The slot that claims of class `cls` from SM (or thread) `hint` use now.
+  DEVMR_HOST_DEVICE unsigned slot_of(unsigned cls, unsigned hint) const {
+    return hint & width_.mask(cls);
+  }
   DEVMR_HOST_DEVICE std::uint64_t& word(unsigned cls, unsigned slot) const {
     return words_[slot * classes_ + cls];
   }
@@ -265,7 +286,24 @@ class class_slots {
     std::uint32_t promised = 0;
     bool fresh = false;
     std::uint32_t id = take_listed(cls, hint, promised);
+    if (id != no_slab) {
+      // The class reuses slabs, and its slots use them up: it widens where the classes in use
+      // leave room (slot_width), so that fewer SMs meet on each slot and fewer claims wait for
+      // each install.
+      width_.widen(cls);
+    } else if (slot > width_.base()) {
+      // A slot past the width that every class has (a class widened: slot_width) reuses the
+      // class's slabs and takes no empty one: widening spreads the claims over the slabs that
+      // the class holds, never the heap's empty slabs over more slots. Found none: the class
+      // goes back to the base width (its claims would otherwise each try an install here), the
+      // slot is left vacant, and the claim is sent to the slot of the base width (moved_claim).
+      return leave_wide_slot(cls, slot, want, hint);
+    }
     if (id == no_slab) {
+      // A class that reuses a listed slab installed one before (lists are emptied only with
+      // every slot): one that needs an empty slab may be in use for the first time since the
+      // heap was made or reset.
+      width_.use(cls);
       id = slabs_.take_empty(hint);
       if (id == no_slab && release_slots(cls, hint)) {
         id = slabs_.take_empty(hint);
@@ -303,6 +341,21 @@ class class_slots {
     return {id, 0, mine, fresh};
   }
 
+  /// A slot of class `cls` past the base width found nothing to reuse (see install): the class
+  /// goes back to the base width and the slot is left vacant; a claim of `want` blocks is sent
+  /// to the slot of the base width (moved_claim). Out of line: a slow path.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim leave_wide_slot(unsigned cls,
+                                                               unsigned slot,
+                                                               std::uint32_t want,
+                                                               unsigned hint) const {
+    width_.narrow(cls);
+    give_up(cls, slot, hint);
+    if (want == 0) {
+      return no_claim;
+    }
+    return moved_claim(slot & width_.base());
+  }
+
   /// Closes the slab of slot value `old`, which this thread swapped out of its slot (nothing
   /// when it names none): the blocks the slot promised and no claim took go back.
   DEVMR_HOST_DEVICE void close(std::uint64_t old, unsigned cls, unsigned hint) const {
@@ -326,12 +379,15 @@ class class_slots {
 
   /// Out of empty slabs: the slots of the other classes give up their slabs, so that those
   /// whose blocks are all free leave their classes (a class that nobody allocates from any more
-  /// keeps none) and the others go on their lists. True when one was given up. `cls` num_classes
-  /// (or any class past the last): every slot gives its slab up, for a run of whole slabs.
+  /// keeps none) and the others go on their lists; so do the slots of class `cls` past its width
+  /// (slot_width), which its claims no longer use. True when one was given up. `cls`
+  /// num_classes (or any class past the last): every slot gives its slab up, for a run of whole
+  /// slabs.
   DEVMR_HOST_DEVICE DEVMR_NOINLINE bool release_slots(unsigned cls, unsigned hint) const {
     bool released = false;
     DEVMR_ROLLED for (unsigned c = 0; c < classes_; ++c) {
-      DEVMR_ROLLED for (unsigned s = 0; s < slot_count_ && c != cls; ++s) {
+      unsigned const first = c == cls ? width_.mask(c) + 1 : 0;
+      DEVMR_ROLLED for (unsigned s = first; s < slot_count_; ++s) {
         auto w = atomic(word(c, s));
         std::uint64_t seen = w.load(relaxed);
         // acquire: the format of the slab it takes out happens before its close.
@@ -499,6 +555,7 @@ class class_slots {
   std::uint64_t* words_;
   unsigned classes_;
   unsigned slot_count_;
+  slot_width width_;
 };
 
 }  // namespace devmr::detail::heap

@@ -38,7 +38,9 @@ __device__ inline void* device_allocate(heap_header* h,
     failed = p == nullptr ? 1 : 0;
   } else {
     unsigned const sm = sm_id();
-    p = warp_allocate(core.slots(), class_of_size(size), sm & read_only(h->slot_mask), sm, failed);
+    auto const slots = core.slots();
+    unsigned const cls = class_of_size(size);
+    p = warp_allocate(slots, cls, slots.slot_of(cls, sm), sm, failed);
   }
   if (failed != 0) {
     atomic(h->counters.failed_allocations).fetch_add(failed, relaxed);

@@ -6,21 +6,27 @@
 #include <devmr/detail/heap/bits.hpp>
 #include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/slot_width.hpp>
 
 #include <cstdint>
 #include <cstring>
 
 namespace devmr::detail::heap {
 
-/// Slots per class for a heap of `slabs` slabs: a quarter of a slab per class and slot at most,
-/// up to one per SM. A slot holds one slab of its class at a time, partly handed out: with fewer
-/// slots, the slabs that slots hold stay a small part of the heap even when every class is in
-/// use on every slot, so that slabs whose blocks are all free go back to the supply instead of
-/// waiting in slots; with more, fewer SMs meet on one slot word.
+/// Slabs that the slots of all classes of a heap of `slabs` slabs may hold together: a quarter.
+/// A slot holds one slab of its class at a time, partly handed out: with fewer slots, the slabs
+/// that slots hold stay a small part of the heap, so that slabs whose blocks are all free go back
+/// to the supply instead of waiting in slots; with more, fewer SMs meet on one slot word.
+inline std::uint32_t slot_budget_for(std::uint64_t slabs) {
+  std::uint64_t const budget = slabs / 4;
+  return budget > 0xffffffffu ? 0xffffffffu : static_cast<std::uint32_t>(budget);
+}
+
+/// Slots per class, minus one, for a heap of `slabs` slabs with every class in use: each class's
+/// share of the budget, up to one slot per SM. Where fewer classes are in use, they widen to a
+/// larger share (slot_width.hpp).
 inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
-  std::uint64_t const per_class = slabs / (4 * num_classes);
-  std::uint64_t const slots = per_class < 1 ? 1 : (per_class > max_slots ? max_slots : per_class);
-  return (std::uint32_t{1} << floor_log2(slots)) - 1;
+  return slot_width::share(slot_budget_for(slabs), num_classes, max_slots);
 }
 
 /// An empty heap: no arenas, empty stacks and slots, zero counters.
@@ -57,7 +63,9 @@ inline void add_arena(heap_header& h, arena_desc const& arena) {
       h.empty_cursor[hint] = first_cursor(h, hint);
     }
   }
-  h.slot_mask = slot_mask_for(total_slabs(h));
+  h.slot_widths.base = slot_mask_for(total_slabs(h));
+  h.slot_widths.budget = slot_budget_for(total_slabs(h));
+  h.slot_widths.widths = slot_width::initial(h.slot_widths.base, num_classes);
 }
 
 }  // namespace devmr::detail::heap

@@ -61,10 +61,11 @@ class heap_core : public slab_supply {
   DEVMR_HOST_DEVICE bool checked() const { return checked_; }
 
   /// The slots of the size classes. The slow paths that look at every slot of a class look at
-  /// all max_slots of them (those past the ones in use are vacant), so that no register holds
-  /// the count in the allocating kernels.
+  /// all max_slots of them (those past the ones in use are vacant, or hold slabs that they give
+  /// up when the heap runs out), so that no register holds the count in the allocating kernels.
   DEVMR_HOST_DEVICE slots_type slots() const {
-    return {heap_slabs{h_, first_, checked_}, &h_->slots[0].classes[0], num_classes, max_slots};
+    return {heap_slabs{h_, first_, checked_}, &h_->slots[0].classes[0], num_classes, max_slots,
+            &h_->slot_widths};
   }
 
   // ---- small blocks -------------------------------------------------------------------------
@@ -73,7 +74,10 @@ class heap_core : public slab_supply {
   /// warp at once, warp_allocate): nullptr when the heap has none left.
   DEVMR_HOST_DEVICE void* allocate_small(unsigned cls, unsigned slot, unsigned hint) const {
     slots_type const s = slots();
-    block_claim const got = s.claim(cls, slot, 1, hint);
+    block_claim got = s.claim(cls, slot, 1, hint);
+    if (is_moved(got)) {
+      got = s.claim(cls, got.id, 1, hint);  // a slot of the base width: sends none on
+    }
     if (got.count == 0) {
       return nullptr;
     }

@@ -184,6 +184,14 @@ struct alignas(128) padded_word {
   std::uint64_t value;
 };
 
+/// The widths of the class slots (slot_width.hpp), alone in their line: a word that claims
+/// change now and then, and the two figures of the heap's size that the host sets.
+struct alignas(128) slot_shape {
+  std::uint64_t widths;  ///< the classes that installed a slab, and the slots each uses
+  std::uint32_t base;    ///< slots of each class with every class in use, minus one
+  std::uint32_t budget;  ///< slabs that the slots of all classes together may hold
+};
+
 /// The slot words of one slot, one per class, alone in their line: the words that one SM's claims
 /// add to, which no other SM's claims touch.
 struct alignas(128) slot_line {
@@ -194,17 +202,16 @@ static_assert(sizeof(slot_line) == 128);
 /// Everything kernels need, in device-accessible memory; a slab_ref points at it.
 struct heap_header {
   arena_desc arenas[max_arenas];
-  std::uint64_t frontier[max_arenas];  ///< slabs of each arena handed out at least once
-  std::uint32_t arena_count;           ///< arenas[0, arena_count) are published
-  std::uint32_t slot_mask;             ///< slots in use per class, minus one (a power of two)
-  std::uint32_t checked;               ///< nonzero: validate every free
-  std::uint32_t unused;
+  std::uint64_t frontier[max_arenas];    ///< slabs of each arena handed out at least once
+  std::uint32_t arena_count;             ///< arenas[0, arena_count) are published
+  std::uint32_t checked;                 ///< nonzero: validate every free
   std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)
   padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM
   padded_word runs_in_flight;  ///< runs popped to be split (or bitmap words taken) whose other
                                ///< slabs are not on a stack yet
   padded_word runs_returned;   ///< such slabs pushed so far (a failed search retries if this
                                ///< moved while it looked)
+  slot_shape slot_widths;      ///< the slots that each class uses
   heap_counters counters;
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.

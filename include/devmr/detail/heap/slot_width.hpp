@@ -1,0 +1,158 @@
+#pragma once
+
+// How many slots each size class spreads its claims over: its width. A slot holds one slab of its
+// class, partly handed out, so the heap lets its slots together hold a budget of slabs (a quarter
+// of them). With every class in use, each class gets an equal share of the budget; while fewer
+// classes are in use, each of them may use a larger share, so that fewer SMs meet on one slot
+// word and each slot's installs serve fewer claims.
+//
+// One word holds the classes that have taken an empty slab (bits 0-15) and the width of each
+// class (four bits each from bit 16: log2 of its slots). Every class starts at the share of all
+// classes. An install that reuses one of its class's listed slabs doubles the class's width, up
+// to the share of the classes in use; a class that takes its first empty slab narrows every class
+// to the share that leaves room for it. Both are one CAS on the word, so that no width passes the
+// share of the classes that the word records. A slot past the share of all classes reuses its
+// class's slabs and never takes an empty one: one with nothing to reuse narrows its class back
+// and sends its claim to the slot of the base width (class_slots::install), so that widening
+// spreads a class over the slabs it holds, not the heap's empty slabs over more slots. Claims
+// read the width with a relaxed load: one that read it just before it narrowed uses a slot that
+// is no longer in use, which serves it like any other. Slots past their class's width keep their
+// slabs until the heap runs out of empty slabs and the slots give them up
+// (class_slots::release_slots).
+
+#include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/atomics.hpp>
+#include <devmr/detail/heap/bits.hpp>
+#include <devmr/detail/heap/heap_view.hpp>
+#include <devmr/detail/heap/layout.hpp>
+
+#include <cstdint>
+
+namespace devmr::detail::heap {
+
+/// A view of the widths of a heap's class slots: the shape at `shape` (nullptr: a fixed width of
+/// `limit` slots for every class) and the most slots a class has (`limit`, a power of two, at
+/// most 2^15). The shape's `base` (the slot mask of each class with every class in use, where the
+/// widths start) and `budget` (the slabs of all slots together) change only between kernels, so
+/// claims read them through the read-only cache when they need them, and hold no register for
+/// them in between.
+struct slot_width {
+  slot_shape* shape;
+  std::uint32_t limit;
+
+  /// Classes a word can hold: a bit each below bit 16, and four bits each above.
+  static constexpr unsigned max_classes = 12;
+  static constexpr unsigned width_shift = 16;
+
+  /// log2 of the slots of each of `classes` classes in use (at least one) that share `budget`
+  /// slabs: the largest power of two of slots that fits their share, at least one, at most
+  /// `limit`.
+  DEVMR_HOST_DEVICE static unsigned share_log2(std::uint32_t budget,
+                                               unsigned classes,
+                                               std::uint32_t limit) {
+    std::uint32_t const each = budget / (classes == 0 ? 1 : classes);
+    return floor_log2(each < 1 ? 1 : (each > limit ? limit : each));
+  }
+  /// The same as a slot mask (slots minus one).
+  DEVMR_HOST_DEVICE static std::uint32_t share(std::uint32_t budget,
+                                               unsigned classes,
+                                               std::uint32_t limit) {
+    return (std::uint32_t{1} << share_log2(budget, classes, limit)) - 1;
+  }
+
+  /// The state word of `classes` classes at slot mask `mask` each, none in use.
+  DEVMR_HOST_DEVICE static std::uint64_t initial(std::uint32_t mask, unsigned classes) {
+    std::uint64_t word = 0;
+    for (unsigned c = 0; c < classes; ++c) {
+      word |= std::uint64_t{floor_log2(std::uint64_t{mask} + 1)} << (width_shift + 4 * c);
+    }
+    return word;
+  }
+
+  DEVMR_HOST_DEVICE static constexpr std::uint32_t classes_of(std::uint64_t word) {
+    return static_cast<std::uint32_t>(word) & ((1u << width_shift) - 1);
+  }
+  DEVMR_HOST_DEVICE static constexpr unsigned log2_of(std::uint64_t word, unsigned cls) {
+    return static_cast<unsigned>(word >> (width_shift + 4 * cls)) & 15u;
+  }
+  DEVMR_HOST_DEVICE static constexpr std::uint32_t mask_of(std::uint64_t word, unsigned cls) {
+    return (std::uint32_t{1} << log2_of(word, cls)) - 1;
+  }
+  /// `word` with class `cls` at 2^`log2` slots.
+  DEVMR_HOST_DEVICE static constexpr std::uint64_t with_log2(std::uint64_t word,
+                                                             unsigned cls,
+                                                             unsigned log2) {
+    unsigned const at = width_shift + 4 * cls;
+    return (word & ~(std::uint64_t{15} << at)) | (std::uint64_t{log2} << at);
+  }
+
+  /// True where the widths cannot change: no word, or every class has the most slots already
+  /// with every class in use (a large heap), so that claims need no look at the word.
+  DEVMR_HOST_DEVICE bool fixed() const { return base() + 1 == limit; }
+
+  /// The slot mask of every class with all classes in use (all slots where the width is fixed).
+  DEVMR_HOST_DEVICE std::uint32_t base() const {
+    return shape == nullptr ? limit - 1 : read_only(shape->base);
+  }
+  DEVMR_HOST_DEVICE std::uint32_t budget() const { return read_only(shape->budget); }
+
+  /// The slot mask that claims of class `cls` use now.
+  DEVMR_HOST_DEVICE std::uint32_t mask(unsigned cls) const {
+    return fixed() ? limit - 1 : mask_of(atomic(shape->widths).load(relaxed), cls);
+  }
+
+  /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every
+  /// class wider than their share narrows to it.
+  DEVMR_HOST_DEVICE void use(unsigned cls) const {
+    if (fixed()) {
+      return;
+    }
+    auto w = atomic(shape->widths);
+    std::uint32_t const bit = std::uint32_t{1} << cls;
+    std::uint64_t seen = w.load(relaxed);
+    while ((classes_of(seen) & bit) == 0) {
+      std::uint32_t const classes = classes_of(seen) | bit;
+      unsigned const fair = share_log2(budget(), popcount32(classes), limit);
+      std::uint64_t next = seen | bit;
+      for (unsigned c = 0; c < max_classes; ++c) {
+        if (log2_of(next, c) > fair) {
+          next = with_log2(next, c, fair);
+        }
+      }
+      if (w.compare_exchange_weak(seen, next, relaxed, relaxed)) {
+        return;
+      }
+    }
+  }
+
+  /// A slot of class `cls` past the base width found nothing to reuse: the class goes back to
+  /// the base width, so that its claims stop meeting slots that have nothing to hand out. One
+  /// attempt, as for widen.
+  DEVMR_HOST_DEVICE void narrow(unsigned cls) const {
+    if (fixed()) {
+      return;
+    }
+    auto w = atomic(shape->widths);
+    std::uint64_t seen = w.load(relaxed);
+    unsigned const to = floor_log2(std::uint64_t{base()} + 1);
+    if (log2_of(seen, cls) > to) {
+      w.compare_exchange_strong(seen, with_log2(seen, cls, to), relaxed, relaxed);
+    }
+  }
+
+  /// Class `cls` installs a slab it reuses: its width doubles if the share of the classes in use
+  /// allows it. One attempt; a failed CAS means that the widths changed meanwhile.
+  DEVMR_HOST_DEVICE void widen(unsigned cls) const {
+    if (fixed()) {
+      return;
+    }
+    auto w = atomic(shape->widths);
+    std::uint64_t seen = w.load(relaxed);
+    unsigned const now = log2_of(seen, cls);
+    if (now < share_log2(budget(), popcount32(classes_of(seen)), limit)) {
+      w.compare_exchange_strong(seen, with_log2(seen, cls, now + 1), relaxed, relaxed);
+    }
+  }
+};
+
+}  // namespace devmr::detail::heap

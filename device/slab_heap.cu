@@ -308,8 +308,8 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
                             cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->frontier[index], &image_->frontier[index],
                             sizeof(std::uint64_t), cudaMemcpyDefault));
-  // The slots' share of every class and their budget (adjacent); the width that kernels set
-  // stays, and widens to the new share as claims wait.
+  // The slots' share of every class and their budget (adjacent); the widths that kernels set
+  // stay, and widen to the new share as installs reuse slabs (slot_width.hpp).
   static_assert(offsetof(hp::slot_shape, budget) ==
                 offsetof(hp::slot_shape, base) + sizeof(std::uint32_t));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.base, &image_->slot_widths.base,

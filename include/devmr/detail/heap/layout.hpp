@@ -187,7 +187,7 @@ struct alignas(128) padded_word {
 /// The widths of the class slots (slot_width.hpp), alone in their line: a word that claims
 /// change now and then, and the two figures of the heap's size that the host sets.
 struct alignas(128) slot_shape {
-  std::uint64_t widths;  ///< the classes that installed a slab, and the slots each uses
+  std::uint64_t widths;  ///< the classes that took an empty slab, and the slots each uses
   std::uint32_t base;    ///< slots of each class with every class in use, minus one
   std::uint32_t budget;  ///< slabs that the slots of all classes together may hold
 };

@@ -309,9 +309,16 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->frontier[index], &image_->frontier[index],
                             sizeof(std::uint64_t), cudaMemcpyDefault));
   // The slots' share of every class and their budget (adjacent); the widths that kernels set
-  // stay, and widen to the new share as installs reuse slabs (slot_width.hpp).
+  // stay, and widen to the new share as installs reuse slabs (slot_width.hpp), unless the heap
+  // now gives every class all its slots: then every class takes all of them in the word too, as
+  // claims that read it expect of a heap whose widths are fixed (the word first).
   static_assert(offsetof(hp::slot_shape, budget) ==
                 offsetof(hp::slot_shape, base) + sizeof(std::uint32_t));
+  bool const fixed = image_->slot_widths.base + 1 == hp::max_slots;
+  if (fixed) {
+    DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.widths, &image_->slot_widths.widths,
+                              sizeof(std::uint64_t), cudaMemcpyDefault));
+  }
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.base, &image_->slot_widths.base,
                             2 * sizeof(std::uint32_t), cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->arena_count, &image_->arena_count, sizeof(std::uint32_t),

@@ -99,8 +99,10 @@ class slab_heap {
 
   /// @brief The reference that kernels take by value.
   [[nodiscard]] slab_ref<Kind> ref() const noexcept {
-    return header_ == nullptr ? slab_ref<Kind>{}
-                              : slab_ref<Kind>{header_, image_->arenas[0], image_->checked != 0};
+    return header_ == nullptr
+               ? slab_ref<Kind>{}
+               : slab_ref<Kind>{header_, image_->arenas[0], image_->checked != 0,
+                                image_->slot_widths.base + 1 == detail::heap::max_slots};
   }
 
   /**

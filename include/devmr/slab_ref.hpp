@@ -162,22 +162,28 @@ class slab_ref {
   friend class slab_heap<Kind>;
   DEVMR_HOST_DEVICE slab_ref(detail::heap::heap_header* header,
                              detail::heap::arena_desc const& first,
-                             bool checked) noexcept
+                             bool checked,
+                             bool fixed_widths) noexcept
       : header_{header},
         base_{first.base},
         meta_{first.meta},
         slabs_{first.slabs},
-        checked_{checked ? 1u : 0u} {}
+        checked_{checked ? 1u : 0u},
+        fixed_widths_{fixed_widths ? 1u : 0u} {}
 
   detail::heap::heap_header* header_ = nullptr;
   // Copies of what every device allocate and free reads of the header: arena 0's entry (where
-  // most blocks lie) and the checked flag, neither of which changes while the heap lives. A kernel
+  // most blocks lie) and the checked flag, neither of which changes while the heap lives, and
+  // whether the slot widths are fixed, which a grow can only make true. A kernel
   // reads them from its parameters; from the header they were loads after the free's fence, and
   // registers held across the claim.
   std::byte* base_ = nullptr;                ///< arena 0's first slab
   detail::heap::slab_meta* meta_ = nullptr;  ///< arena 0's slab metadata
   std::uint64_t slabs_ = 0;                  ///< arena 0's slabs
   std::uint32_t checked_ = 0;                ///< nonzero: the heap validates every free
+  /// Nonzero: the heap's slot widths were fixed when the ref was made (they stay so as it grows),
+  /// and its claims read no width (slot_width).
+  std::uint32_t fixed_widths_ = 0;
 };
 
 static_assert(std::is_trivially_copyable_v<slab_ref<>>);

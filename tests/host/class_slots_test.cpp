@@ -46,6 +46,32 @@ TEST_CASE("lowest_bits picks the n lowest set bits", "[reuse][bitmap]") {
   CHECK(lowest_bits(~0u, 31) == 0x7fff'ffffu);
 }
 
+TEST_CASE("set_bit_index finds every set bit by its number", "[reuse][bitmap]") {
+  // Against a plain walk over the bits, on words of every density.
+  std::uint32_t x = 0x9e3779b9u;
+  for (int trial = 0; trial < 2000; ++trial) {
+    x = x * 1664525u + 1013904223u;
+    std::uint32_t const word = trial % 3 == 0 ? x : (trial % 3 == 1 ? x & (x >> 7) : x | (x << 5));
+    unsigned n = 0;
+    for (std::uint32_t bit = 0; bit < 32; ++bit) {
+      if ((word >> bit) & 1u) {
+        REQUIRE(set_bit_index(word, n) == bit);
+        ++n;
+      }
+    }
+  }
+  CHECK(set_bit_index(~0u, 31) == 31u);
+  CHECK(set_bit_index(0x8000'0000u, 0) == 31u);
+}
+
+TEST_CASE("nth_set_bit counts its pick modulo the set bits", "[reuse][bitmap]") {
+  CHECK(nth_set_bit(0b1011'0110u, 0) == 1u);
+  CHECK(nth_set_bit(0b1011'0110u, 3) == 5u);
+  CHECK(nth_set_bit(0b1011'0110u, 5) == 1u);  // 5 mod 5 set bits
+  CHECK(nth_set_bit(0b1011'0110u, 9) == 7u);
+  CHECK(nth_set_bit(0x8000'0000u, 12345) == 31u);
+}
+
 TEST_CASE("a block bitmap hands out each freed block once", "[reuse][bitmap]") {
   std::vector<std::uint32_t> words(4, 0xdeadbeefu);
   block_bitmap const bm{words.data(), 4};

@@ -96,13 +96,23 @@ TEST_CASE("a width with no state word, or at its limit with every class in use, 
   width.use(2);
   width.widen(2);
   CHECK(width.mask(2) == 15);
-  // A heap large enough for the most slots of every class: the word is neither read nor changed.
-  slot_shape shape{slot_width::initial(3, 9), 255, 4096};
+  // A heap large enough for the most slots of every class: its word gives every class all its
+  // slots and never changes.
+  slot_shape shape{slot_width::initial(255, 9), 255, 4096};
+  CHECK(slot_width::fixed_for(shape, 256));
   slot_width const large{&shape, 256};
   CHECK(large.mask(2) == 255);
   large.use(2);
   large.widen(2);
-  CHECK(shape.widths == slot_width::initial(3, 9));
+  large.narrow(2);
+  CHECK(shape.widths == slot_width::initial(255, 9));
+  CHECK(large.mask(2) == 255);
+  // A caller that knows the widths fixed reads no word: whatever it holds, every slot is in use.
+  shape.widths = slot_width::initial(3, 9);
+  CHECK(slot_width{&shape, 256, true}.mask(2) == 255);
+  CHECK(slot_width{&shape, 256}.mask(2) == 3);
+  slot_shape narrow{slot_width::initial(7, 9), 7, 32};
+  CHECK_FALSE(slot_width::fixed_for(narrow, 256));
 }
 
 TEST_CASE("threads widening and narrowing at once keep each class within the classes' share",

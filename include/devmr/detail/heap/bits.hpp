@@ -1,6 +1,6 @@
 #pragma once
 
-// Bit arithmetic that compiles to one instruction on either side.
+// Bit arithmetic that compiles to one instruction, or a few, on either side.
 
 #include <devmr/detail/config.hpp>
 
@@ -45,32 +45,31 @@ DEVMR_HOST_DEVICE inline std::uint32_t lowest_bit_index(std::uint32_t x) {
 #endif
 }
 
+/// The index of set bit number `n` of `x`, counted from the lowest from 0 (`n` below the set bits
+/// of `x`): five halving steps, each a population count of the lower half. (The intrinsic __fns
+/// gives the same in about twice the instructions.)
+DEVMR_HOST_DEVICE inline std::uint32_t set_bit_index(std::uint32_t x, unsigned n) {
+  std::uint32_t at = 0;
+  for (unsigned half = 16; half != 0; half /= 2) {
+    unsigned const below = popcount32(x & ((1u << half) - 1));
+    if (n >= below) {
+      n -= below;
+      x >>= half;
+      at += half;
+    }
+  }
+  return at;
+}
+
 /// The index of set bit number `k` modulo the set bits of `x` (not 0), counted from the lowest:
 /// with `k` spread, a pick among the set bits that favours none.
 DEVMR_HOST_DEVICE inline std::uint32_t nth_set_bit(std::uint32_t x, std::uint32_t k) {
-  unsigned const n = k % popcount32(x);
-#if DEVMR_IS_DEVICE_CODE
-  return __fns(x, 0, static_cast<int>(n) + 1);
-#else
-  for (unsigned i = 0; i < n; ++i) {
-    x &= x - 1;
-  }
-  return lowest_bit_index(x);
-#endif
+  return set_bit_index(x, k % popcount32(x));
 }
 
 /// The `n` lowest set bits of `x` (all of them when it has no more than `n`).
 DEVMR_HOST_DEVICE inline std::uint32_t lowest_bits(std::uint32_t x, unsigned n) {
-#if DEVMR_IS_DEVICE_CODE
-  unsigned const past = __fns(x, 0, static_cast<int>(n) + 1);  // the (n + 1)th set bit
-  return past >= 32 ? x : x & ((1u << past) - 1);
-#else
-  std::uint32_t rest = x;
-  for (unsigned i = 0; i < n && rest != 0; ++i) {
-    rest &= rest - 1;
-  }
-  return x & ~rest;
-#endif
+  return n >= popcount32(x) ? x : x & ((1u << set_bit_index(x, n)) - 1);
 }
 
 }  // namespace devmr::detail::heap

@@ -45,7 +45,7 @@ __device__ inline std::byte* take_reused(block_bitmap const bitmap,
     }
     unsigned const n = __popc(bits);
     if (place < n) {
-      unsigned const bit = __fns(bits, 0, static_cast<int>(place) + 1);
+      unsigned const bit = set_bit_index(bits, place);
       mine = slab + (std::size_t{w * bitmap_word_bits + bit} << shift);
     }
     place -= n;

@@ -111,6 +111,7 @@ DEVMR_HOST_DEVICE constexpr bool is_moved(block_claim const& c) {
  *    all set, as a reused slab does).
  * `words`: the slot words, `slot_count` for each class, slot-major (an SM's words share lines).
  * `shape`: how many of them the claims use (slot_width.hpp); nullptr: all, always.
+ * `fixed_widths`: the caller knows the widths fixed (slot_width::known_fixed).
  */
 template <class Slabs>
 class class_slots {
@@ -119,12 +120,13 @@ class class_slots {
                                 std::uint64_t* words,
                                 unsigned classes,
                                 unsigned slot_count,
-                                slot_shape* shape = nullptr)
+                                slot_shape* shape = nullptr,
+                                bool fixed_widths = false)
       : slabs_{slabs},
         words_{words},
         classes_{classes},
         slot_count_{slot_count},
-        width_{shape, slot_count} {}
+        width_{shape, slot_count, fixed_widths} {}
 
   DEVMR_HOST_DEVICE Slabs const& slabs() const { return slabs_; }
   DEVMR_HOST_DEVICE unsigned slot_count() const { return slot_count_; }

@@ -15,11 +15,12 @@
 namespace devmr::detail::heap {
 
 /// Allocates `bytes` aligned to `alignment` from the heap at `h`; nullptr (counted) on failure.
-/// `first` and `checked`: arena 0's entry and the heap's flag, as the slab_ref carries them (a
-/// kernel's parameters: no load).
+/// `first`, `checked` and `fixed_widths`: arena 0's entry, the heap's flag and whether its slot
+/// widths were fixed, as the slab_ref carries them (a kernel's parameters: no load).
 __device__ inline void* device_allocate(heap_header* h,
                                         heap_view::arena_view const& first,
                                         bool checked,
+                                        bool fixed_widths,
                                         std::size_t bytes,
                                         std::size_t alignment) {
   if (bytes == 0) {
@@ -29,7 +30,7 @@ __device__ inline void* device_allocate(heap_header* h,
     atomic(h->counters.bad_alignments).fetch_add(1, relaxed);
     return nullptr;
   }
-  heap_core const core{h, first, checked};
+  heap_core const core{h, first, checked, fixed_widths};
   std::size_t const size = bytes > alignment ? bytes : alignment;
   void* p = nullptr;
   unsigned failed = 0;
@@ -88,7 +89,8 @@ __device__ inline void device_deallocate(heap_header* h,
 /// (the library's own kernels, which take the header).
 __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   heap_core const core{h};
-  return device_allocate(h, core.first(), core.checked(), bytes, alignment);
+  return device_allocate(h, core.first(), core.checked(), core.slots().width().known_fixed, bytes,
+                         alignment);
 }
 
 /// Frees `p` into the heap at `h`, reading arena 0's entry and the checked flag from its header.

@@ -50,12 +50,18 @@ class heap_core : public slab_supply {
  public:
   using slots_type = class_slots<heap_slabs>;
 
-  /// A core that reads arena 0's entry and the checked flag from the header.
+  /// A core that reads arena 0's entry, the checked flag and whether the slot widths are fixed
+  /// from the header.
   DEVMR_HOST_DEVICE explicit heap_core(heap_header* header)
-      : heap_core{header, heap_view{header}.arena(0), read_only(header->checked) != 0} {}
-  /// A core for a caller that carries arena 0's entry and the flag (slab_ref's fast paths).
-  DEVMR_HOST_DEVICE heap_core(heap_header* header, arena_view const& first, bool checked)
-      : slab_supply{header}, first_{first}, checked_{checked} {}
+      : heap_core{header, heap_view{header}.arena(0), read_only(header->checked) != 0,
+                  slot_width::fixed_for(header->slot_widths, max_slots)} {}
+  /// A core for a caller that carries arena 0's entry and the flags (slab_ref's fast paths).
+  /// `fixed_widths`: the caller knows the slot widths fixed (false: claims read them).
+  DEVMR_HOST_DEVICE heap_core(heap_header* header,
+                              arena_view const& first,
+                              bool checked,
+                              bool fixed_widths = false)
+      : slab_supply{header}, first_{first}, checked_{checked}, fixed_widths_{fixed_widths} {}
 
   DEVMR_HOST_DEVICE arena_view const& first() const { return first_; }
   DEVMR_HOST_DEVICE bool checked() const { return checked_; }
@@ -64,8 +70,12 @@ class heap_core : public slab_supply {
   /// all max_slots of them (those past the ones in use are vacant, or hold slabs that they give
   /// up when the heap runs out), so that no register holds the count in the allocating kernels.
   DEVMR_HOST_DEVICE slots_type slots() const {
-    return {heap_slabs{h_, first_, checked_}, &h_->slots[0].classes[0], num_classes, max_slots,
-            &h_->slot_widths};
+    return {heap_slabs{h_, first_, checked_},
+            &h_->slots[0].classes[0],
+            num_classes,
+            max_slots,
+            &h_->slot_widths,
+            fixed_widths_};
   }
 
   // ---- small blocks -------------------------------------------------------------------------
@@ -245,6 +255,7 @@ class heap_core : public slab_supply {
  private:
   arena_view first_;
   bool checked_;
+  bool fixed_widths_;
 };
 
 /// What a slab holds, as statistics see it (slab_usage).

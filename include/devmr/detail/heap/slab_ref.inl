@@ -15,8 +15,8 @@ namespace devmr {
 template <memory_kind Kind>
 DEVMR_HOST_DEVICE void* slab_ref<Kind>::allocate(std::size_t bytes, std::size_t alignment) const {
 #if DEVMR_IS_DEVICE_CODE
-  return detail::heap::device_allocate(header_, {base_, meta_, slabs_}, checked_ != 0, bytes,
-                                       alignment);
+  return detail::heap::device_allocate(header_, {base_, meta_, slabs_}, checked_ != 0,
+                                       fixed_widths_ != 0, bytes, alignment);
 #else
   return detail::heap::host_allocate(header_, bytes, alignment);
 #endif

@@ -18,7 +18,9 @@
 // read the width with a relaxed load: one that read it just before it narrowed uses a slot that
 // is no longer in use, which serves it like any other. Slots past their class's width keep their
 // slabs until the heap runs out of empty slabs and the slots give them up
-// (class_slots::release_slots).
+// (class_slots::release_slots). A heap large enough that every class has all its slots with every
+// class in use (fixed) keeps every class at all of them in the word, and a caller that knows it
+// (a slab_ref says so) reads no word at all.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>
@@ -39,6 +41,9 @@ namespace devmr::detail::heap {
 struct slot_width {
   slot_shape* shape;
   std::uint32_t limit;
+  /// The caller knows the widths fixed (a heap's widths, once fixed, stay so): claims read no
+  /// word. Where false, they read the word, which holds every class at `limit` slots when fixed.
+  bool known_fixed = false;
 
   /// Classes a word can hold: a bit each below bit 16, and four bits each above.
   static constexpr unsigned max_classes = 12;
@@ -96,9 +101,17 @@ struct slot_width {
   }
   DEVMR_HOST_DEVICE std::uint32_t budget() const { return read_only(shape->budget); }
 
-  /// The slot mask that claims of class `cls` use now.
+  /// True when the slots of `shape` (of `limit` slots a class) are fixed.
+  DEVMR_HOST_DEVICE static bool fixed_for(slot_shape const& shape, std::uint32_t limit) {
+    return read_only(shape.base) + 1 == limit;
+  }
+
+  /// The slot mask that claims of class `cls` use now: one load of the word (none where the
+  /// widths are known fixed), with no look at the base, so that a claim waits for one load before
+  /// its atomic.
   DEVMR_HOST_DEVICE std::uint32_t mask(unsigned cls) const {
-    return fixed() ? limit - 1 : mask_of(atomic(shape->widths).load(relaxed), cls);
+    return known_fixed || shape == nullptr ? limit - 1
+                                           : mask_of(atomic(shape->widths).load(relaxed), cls);
   }
 
   /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every

@@ -73,31 +73,100 @@ TEST_CASE("nth_set_bit counts its pick modulo the set bits", "[reuse][bitmap]") 
 }
 
 TEST_CASE("a block bitmap hands out each freed block once", "[reuse][bitmap]") {
-  std::vector<std::uint32_t> words(4, 0xdeadbeefu);
-  block_bitmap const bm{words.data(), 4};
-  bm.clear();
-  CHECK(bm.take_from(0, 5) == 0u);
-  bm.give_range(3, 70);  // words 0 (bits 3..31), 1 (all), 2 (bits 0..5)
-  CHECK(words[0] == 0xffff'fff8u);
-  CHECK(words[1] == ~0u);
-  CHECK(words[2] == 0x3fu);
-  CHECK(words[3] == 0u);
-  std::vector<std::uint32_t> got;
-  bm.take(2, 67, [&](std::uint32_t w, std::uint32_t bits) {
-    for (; bits != 0; bits &= bits - 1) {
-      got.push_back(w * 32 + lowest_bit_index(bits));
+  for (bool const whole : {false, true}) {
+    CAPTURE(whole);
+    std::vector<std::uint32_t> words(4, 0xdeadbeefu);
+    block_bitmap const bm{words.data(), 4};
+    bm.clear();
+    CHECK(bm.take_some(0, 5, whole) == 0u);
+    bm.give_range(3, 70);  // words 0 (bits 3..31), 1 (all), 2 (bits 0..5)
+    CHECK(words[0] == 0xffff'fff8u);
+    CHECK(words[1] == ~0u);
+    CHECK(words[2] == 0x3fu);
+    CHECK(words[3] == 0u);
+    std::vector<std::uint32_t> got;
+    bm.take(2, 67, whole, [&](std::uint32_t w, std::uint32_t bits) {
+      for (; bits != 0; bits &= bits - 1) {
+        got.push_back(w * 32 + lowest_bit_index(bits));
+      }
+    });
+    REQUIRE(got.size() == 67);
+    std::sort(got.begin(), got.end());
+    for (std::uint32_t i = 0; i < 67; ++i) {
+      CHECK(got[i] == 3 + i);
     }
-  });
-  REQUIRE(got.size() == 67);
-  std::sort(got.begin(), got.end());
-  for (std::uint32_t i = 0; i < 67; ++i) {
-    CHECK(got[i] == 3 + i);
+    CHECK(words[0] == 0u);
+    CHECK(words[1] == 0u);
+    CHECK(words[2] == 0u);
+    bm.give_block(100);
+    CHECK(words[3] == (1u << 4));
   }
-  CHECK(words[0] == 0u);
+}
+
+TEST_CASE("a whole-word take keeps the lowest bits it needs and gives the others back",
+          "[reuse][bitmap]") {
+  std::vector<std::uint32_t> words(2, 0);
+  block_bitmap const bm{words.data(), 2};
+  words[1] = 0b1011'0110u;
+  CHECK(bm.take_whole(1, 2) == 0b110u);
+  CHECK(words[1] == 0b1011'0000u);
+  CHECK(bm.take_whole(1, 32) == 0b1011'0000u);
   CHECK(words[1] == 0u);
-  CHECK(words[2] == 0u);
-  bm.give_block(100);
-  CHECK(words[3] == (1u << 4));
+  CHECK(bm.take_whole(1, 3) == 0u);
+  CHECK(bm.take_whole(0, 1) == 0u);
+}
+
+TEST_CASE("threads taking bitmap words whole and giving blocks back never share a block",
+          "[reuse][bitmap]") {
+  // Every block has an owner flag: a thread that took a block must find it unowned; it keeps it
+  // a while, then gives it back. Takes and gives race on the same few words.
+  constexpr std::uint32_t word_count = 4;
+  constexpr std::uint32_t blocks = word_count * bitmap_word_bits;
+  std::vector<std::uint32_t> words(word_count, 0);
+  block_bitmap const bm{words.data(), word_count};
+  bm.give_range(0, blocks);
+  std::vector<std::atomic<int>> owner(blocks);
+  std::atomic<int> shared{0};
+  std::atomic<long> taken{0};
+  unsigned const threads = 8;
+  int const rounds = under_tsan ? 2000 : 20000;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937 rng{t + 1};
+      std::vector<std::uint32_t> held;
+      for (int r = 0; r < rounds; ++r) {
+        std::uint32_t const w = rng() % word_count;
+        std::uint32_t bits = bm.take_whole(w, 1 + rng() % 6);
+        for (; bits != 0; bits &= bits - 1) {
+          std::uint32_t const b = w * bitmap_word_bits + lowest_bit_index(bits);
+          if (owner[b].exchange(1) != 0) {
+            shared.fetch_add(1);
+          }
+          held.push_back(b);
+          taken.fetch_add(1);
+        }
+        while (held.size() > 8 || (!held.empty() && rng() % 2 == 0)) {
+          std::uint32_t const b = held.back();
+          held.pop_back();
+          owner[b].store(0);
+          bm.give_block(b);
+        }
+      }
+      for (std::uint32_t const b : held) {
+        owner[b].store(0);
+        bm.give_block(b);
+      }
+    });
+  }
+  for (auto& th : pool) {
+    th.join();
+  }
+  CHECK(shared.load() == 0);
+  CHECK(taken.load() > rounds);
+  for (std::uint32_t w = 0; w < word_count; ++w) {
+    CHECK(words[w] == ~0u);  // every block back
+  }
 }
 
 // ---- slab_avail --------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 // The free blocks of one slab, one bit each: how a slab hands out again the blocks that were
 // freed while others of it are still live. A set bit is a block that was freed and that nobody
 // has taken since. Frees set bits (one atomic OR for a warp's blocks of one word); a claim takes
-// bits (one atomic AND a word); whoever takes a bit owns the block.
+// bits (one atomic a word); whoever takes a bit owns the block.
 //
 // The bitmap alone does not say how many bits a claim may count on: the slab's count of free
 // blocks does (slab_avail), and a slot promises a claim its blocks before the claim looks for
@@ -87,14 +87,38 @@ struct block_bitmap {
     return 0;
   }
 
+  /// The same with one round trip where take_from has two (a look, then an AND): takes every
+  /// free block of word `w` with one exchange and gives back, with an OR that nobody waits for,
+  /// those past the `need` lowest. Meanwhile the word shows none of them: a claim that looks at
+  /// it then looks on, and a free of one of them would look like the free of a block in use, so
+  /// it is for heaps that never judge a free by its bit (unchecked). The OR passes the frees'
+  /// release on to the next taker: every change of a bitmap word is a read-modify-write, so
+  /// the release sequence of each free's OR runs through the exchange and the OR.
+  DEVMR_HOST_DEVICE std::uint32_t take_whole(std::uint32_t w, unsigned need) const {
+    auto word = atomic(words[w]);
+    // acquire: as take_from's AND.
+    std::uint32_t const was = word.exchange(0, acquire);
+    std::uint32_t const pick = lowest_bits(was, need);
+    if (was != pick) {
+      word.fetch_or(was & ~pick, relaxed);
+    }
+    return pick;
+  }
+
+  /// Up to `need` free blocks of word `w`: take_whole where `whole`, else take_from.
+  DEVMR_HOST_DEVICE std::uint32_t take_some(std::uint32_t w, unsigned need, bool whole) const {
+    return whole ? take_whole(w, need) : take_from(w, need);
+  }
+
   /// Takes `need` free blocks, promised to the caller (see the top of this file), looking from
-  /// word `start` on and around; calls `sink(w, bits)` for each word it took bits of.
+  /// word `start` on and around; calls `sink(w, bits)` for each word it took bits of. `whole`:
+  /// a word at a time with take_whole (heaps that do not judge frees by their bits).
   template <class Sink>
-  DEVMR_HOST_DEVICE void take(std::uint32_t start, unsigned need, Sink&& sink) const {
+  DEVMR_HOST_DEVICE void take(std::uint32_t start, unsigned need, bool whole, Sink&& sink) const {
     std::uint32_t w = start < count ? start : start % count;
     std::uint32_t bare = 0;  // words in a row found without a free block
     while (need != 0) {
-      if (std::uint32_t const got = take_from(w, need); got != 0) {
+      if (std::uint32_t const got = take_some(w, need, whole); got != 0) {
         sink(w, got);
         need -= popcount32(got);
         bare = 0;

@@ -15,9 +15,11 @@ namespace devmr::detail::heap {
 
 /// The peers' share of `count` blocks promised to them from the bitmap of a reused slab at
 /// `slab` (blocks of 2^`shift` bytes), one word at a time from word `w`: the leader takes the
-/// bits, every peer sees which. Returns the calling lane's block if it is among them (its
-/// `place` below their count; `place` moves past them), else `mine`.
+/// bits (a word whole where `whole`: block_bitmap::take_some), every peer sees which. Returns the
+/// calling lane's block if it is among them (its `place` below their count; `place` moves past
+/// them), else `mine`.
 __device__ inline std::byte* take_reused(block_bitmap const bitmap,
+                                         bool whole,
                                          std::uint32_t w,
                                          unsigned count,
                                          unsigned peers,
@@ -32,7 +34,7 @@ __device__ inline std::byte* take_reused(block_bitmap const bitmap,
   while (need != 0) {
     std::uint32_t bits = 0;
     if (leads) {
-      bits = bitmap.take_from(w, need);
+      bits = bitmap.take_some(w, need, whole);
     }
     bits = __shfl_sync(peers, bits, leader);
     if (bits == 0) {
@@ -100,8 +102,8 @@ __device__ std::byte* warp_allocate(
       }
       place -= got.count;
     } else {
-      mine = take_reused(slots.bitmap(got.id, cls), got.first, got.count, peers, leader, place,
-                         slab, shift, mine);
+      mine = take_reused(slots.bitmap(got.id, cls), slots.whole_takes(), got.first, got.count,
+                         peers, leader, place, slab, shift, mine);
     }
     rest -= got.count;
   }

@@ -107,8 +107,9 @@ DEVMR_HOST_DEVICE constexpr bool is_moved(block_claim const& c) {
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
  *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
- *  - `bump_fresh()`: whether a fresh slab hands its blocks out in order (else from its bitmap,
- *    all set, as a reused slab does).
+ *  - `bump_fresh()`: whether the heap leaves its frees unjudged by their bits (an unchecked
+ *    heap): then a fresh slab hands its blocks out in order (else from its bitmap, all set, as a
+ *    reused slab does), and claims take a reused slab's bitmap words whole (whole_takes).
  * `words`: the slot words, `slot_count` for each class, slot-major (an SM's words share lines).
  * `shape`: how many of them the claims use (slot_width.hpp); nullptr: all, always.
  * `fixed_widths`: the caller knows the widths fixed (slot_width::known_fixed).
@@ -145,6 +146,9 @@ class class_slots {
   DEVMR_HOST_DEVICE block_bitmap bitmap(std::uint32_t id, unsigned cls) const {
     return {slabs_.bits(id), bitmap_words_for(slabs_.blocks(cls))};
   }
+  /// Claims take a reused slab's bitmap words whole (block_bitmap::take_whole): on heaps that do
+  /// not judge frees by their bits, one round trip a word instead of two.
+  DEVMR_HOST_DEVICE bool whole_takes() const { return slabs_.bump_fresh(); }
 
   /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when
   /// the slot's slab runs out (the caller claims the rest with another call), none when the heap
@@ -242,11 +246,12 @@ class class_slots {
       }
       return;
     }
-    bitmap(got.id, cls).take(got.first, got.count, [&](std::uint32_t w, std::uint32_t bits) {
-      for (; bits != 0; bits &= bits - 1) {
-        sink(w * bitmap_word_bits + lowest_bit_index(bits));
-      }
-    });
+    bitmap(got.id, cls)
+        .take(got.first, got.count, whole_takes(), [&](std::uint32_t w, std::uint32_t bits) {
+          for (; bits != 0; bits &= bits - 1) {
+            sink(w * bitmap_word_bits + lowest_bit_index(bits));
+          }
+        });
   }
 
   /// Frees the blocks that `mask` marks in word `w` of the bitmap of slab `id` (class `cls`),

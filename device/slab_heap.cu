@@ -314,8 +314,7 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
   // claims that read it expect of a heap whose widths are fixed (the word first).
   static_assert(offsetof(hp::slot_shape, budget) ==
                 offsetof(hp::slot_shape, base) + sizeof(std::uint32_t));
-  bool const fixed = image_->slot_widths.base + 1 == hp::max_slots;
-  if (fixed) {
+  if (hp::slot_width::fixed_for(image_->slot_widths, hp::max_slots)) {
     DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.widths, &image_->slot_widths.widths,
                               sizeof(std::uint64_t), cudaMemcpyDefault));
   }

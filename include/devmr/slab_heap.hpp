@@ -2,6 +2,7 @@
 
 #include <devmr/detail/cccl_concepts.hpp>
 #include <devmr/detail/config.hpp>
+#include <devmr/detail/heap/slot_width.hpp>
 #include <devmr/memory_kind.hpp>
 #include <devmr/pool_resource.hpp>
 #include <devmr/slab_ref.hpp>
@@ -99,10 +100,10 @@ class slab_heap {
 
   /// @brief The reference that kernels take by value.
   [[nodiscard]] slab_ref<Kind> ref() const noexcept {
-    return header_ == nullptr
-               ? slab_ref<Kind>{}
-               : slab_ref<Kind>{header_, image_->arenas[0], image_->checked != 0,
-                                image_->slot_widths.base + 1 == detail::heap::max_slots};
+    return header_ == nullptr ? slab_ref<Kind>{}
+                              : slab_ref<Kind>{header_, image_->arenas[0], image_->checked != 0,
+                                               detail::heap::slot_width::fixed_for(
+                                                   image_->slot_widths, detail::heap::max_slots)};
   }
 
   /**

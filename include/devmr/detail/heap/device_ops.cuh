@@ -89,8 +89,7 @@ __device__ inline void device_deallocate(heap_header* h,
 /// (the library's own kernels, which take the header).
 __device__ inline void* device_allocate(heap_header* h, std::size_t bytes, std::size_t alignment) {
   heap_core const core{h};
-  return device_allocate(h, core.first(), core.checked(), core.slots().width().known_fixed, bytes,
-                         alignment);
+  return device_allocate(h, core.first(), core.checked(), core.fixed_widths(), bytes, alignment);
 }
 
 /// Frees `p` into the heap at `h`, reading arena 0's entry and the checked flag from its header.

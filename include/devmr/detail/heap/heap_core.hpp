@@ -65,6 +65,7 @@ class heap_core : public slab_supply {
 
   DEVMR_HOST_DEVICE arena_view const& first() const { return first_; }
   DEVMR_HOST_DEVICE bool checked() const { return checked_; }
+  DEVMR_HOST_DEVICE bool fixed_widths() const { return fixed_widths_; }
 
   /// The slots of the size classes. The slow paths that look at every slot of a class look at
   /// all max_slots of them (those past the ones in use are vacant, or hold slabs that they give

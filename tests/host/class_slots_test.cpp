@@ -316,6 +316,30 @@ TEST_CASE("a slab set's find leaves members in it and spreads over them", "[reus
   CHECK(set.find(7) == no_member);
 }
 
+TEST_CASE("a slab set's find tells an empty set from marks left on bare words", "[reuse][set]") {
+  std::uint32_t const members = 100000;
+  std::vector<std::uint32_t> words(slab_set_words(members), 0);
+  slab_set const set{words.data(), bitmap_words_for(members)};
+  set.insert(4100);
+  set.insert(70000);
+  // Bare words whose marks stay (as a member taken off by a racing search may leave them): find
+  // reports them, so that the caller takes, which clears them.
+  words[4100 / bitmap_word_bits] = 0;
+  words[70000 / bitmap_word_bits] = 0;
+  CHECK(set.find(12345) == stale_member);
+  CHECK(set.take(0) == no_member);
+  CHECK(set.find(12345) == no_member);
+  // A member beside a stale mark is found, from any seed.
+  set.insert(70001);
+  words[70001 / bitmap_word_bits] = 0;
+  set.insert(99999);
+  for (std::uint32_t seed = 0; seed < 64; ++seed) {
+    CHECK(set.find(spread_seed(seed)) == 99999);
+  }
+  CHECK(set.take(0) == 99999);
+  CHECK(set.find(5) == no_member);
+}
+
 TEST_CASE("a large slab set finds members past its first top word, from any start",
           "[reuse][set]") {
   std::uint32_t const members = 200000;  // 6250 words, 196 summary words, 7 top words

@@ -169,8 +169,8 @@ class class_slots {
   }
 
   /// The rest of a claim that its addition did not serve in full (`seen`: the value it
-  /// replaced; `got`: what it served). Out of line, so that the allocating kernels hold no
-  /// registers for it.
+  /// replaced; `got`: what it served). Inlined: out of line, it raised the registers of the
+  /// allocating kernels (see bench/RESULTS.md, heap_bench's registers).
   DEVMR_HOST_DEVICE block_claim claim_rest(unsigned cls,
                                            unsigned slot,
                                            std::uint32_t want,
@@ -225,7 +225,7 @@ class class_slots {
     DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
       std::uint32_t const part = (hint + n) % parts;
       std::uint32_t const member = slabs_.listed(cls, part).find(seed);
-      if (member == no_member) {
+      if (member >= stale_member) {
         continue;
       }
       std::uint32_t const id = slabs_.slab_of(part, member);
@@ -413,7 +413,8 @@ class class_slots {
   /// no_slab when the list has none. Each search first tries a member that a look down the
   /// list's summaries picks at random (slab_set::find), so that installs that search at once
   /// take different slabs instead of meeting on the first member of the list; then it searches
-  /// in order, from a place of its SM.
+  /// in order, from a place of its SM, unless the look found no word marked: an empty list costs
+  /// an install one load (the top word's), not two.
   DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
                                               unsigned hint,
                                               std::uint32_t& promised) const {
@@ -422,7 +423,11 @@ class class_slots {
     DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
       std::uint32_t const part = (hint + n) % parts;
       slab_set const set = slabs_.listed(cls, part);
-      if (std::uint32_t const member = set.find(seed); member != no_member && set.erase(member)) {
+      std::uint32_t const member = set.find(seed);
+      if (member == no_member) {
+        continue;
+      }
+      if (member != stale_member && set.erase(member)) {
         std::uint32_t const id = slabs_.slab_of(part, member);
         promised = avail(id, cls).open_listed();
         if (promised != 0) {
@@ -431,16 +436,16 @@ class class_slots {
       }
       std::uint32_t start = hint;
       for (;;) {
-        std::uint32_t const member = set.take(start);
-        if (member == no_member) {
+        std::uint32_t const taken = set.take(start);
+        if (taken == no_member) {
           break;
         }
-        std::uint32_t const id = slabs_.slab_of(part, member);
+        std::uint32_t const id = slabs_.slab_of(part, taken);
         promised = avail(id, cls).open_listed();
         if (promised != 0) {
           return id;
         }
-        start = member / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
+        start = taken / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
       }
     }
     return no_slab;

@@ -20,6 +20,9 @@ namespace devmr::detail::heap {
 
 /// What slab_set::take returns when the set is empty.
 inline constexpr std::uint32_t no_member = 0xffffffffu;
+/// What slab_set::find returns when summary bits marked words but the words it looked at were
+/// bare: the set may still have members elsewhere, and a take clears those marks.
+inline constexpr std::uint32_t stale_member = 0xfffffffeu;
 
 /// Words of a slab set of `members` slabs: the bitmap, its summary, and the summary's top words.
 DEVMR_HOST_DEVICE constexpr std::uint32_t slab_set_words(std::uint32_t members) {
@@ -110,10 +113,13 @@ struct slab_set {
 
   /// A member of the set, left in it: one picked by `seed` (any value) among those that a look
   /// down one path of summary bits finds, so that threads that look at the same moment spread
-  /// over the members; no_member when the set looked empty. Loads only: the member may be gone
-  /// by the time the caller acts on it, as any member may (see the top of this file).
+  /// over the members. Else no_member when no summary bit marked a word (the set is empty, and a
+  /// take would find nothing either, so the caller need not try one), or stale_member. Loads
+  /// only: the member may be gone by the time the caller acts on it, as any member may (see the
+  /// top of this file).
   DEVMR_HOST_DEVICE std::uint32_t find(std::uint32_t seed) const {
     std::uint32_t const tops = bitmap_words_for(summaries());
+    std::uint32_t none = no_member;
     DEVMR_ROLLED for (std::uint32_t i = 0; i < tops; ++i) {
       std::uint32_t const t = (seed + i) % tops;
       // acquire: pairs with the releases of mark_word.
@@ -121,6 +127,7 @@ struct slab_set {
         std::uint32_t const sb = nth_set_bit(marked, seed >> 8);
         std::uint32_t const s = t * bitmap_word_bits + sb;
         for (std::uint32_t words_marked = atomic(summary(s)).load(acquire); words_marked != 0;) {
+          none = stale_member;
           std::uint32_t const wb = nth_set_bit(words_marked, seed >> 14);
           std::uint32_t const w = s * bitmap_word_bits + wb;
           if (std::uint32_t const members = atomic(words[w]).load(relaxed); members != 0) {
@@ -131,7 +138,7 @@ struct slab_set {
         marked &= ~(1u << sb);
       }
     }
-    return no_member;
+    return none;
   }
 
   /// Takes a slab off the set, looking at the summary words from the one of bitmap word

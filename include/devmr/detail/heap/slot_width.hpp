@@ -93,7 +93,7 @@ struct slot_width {
 
   /// True where the widths cannot change: no word, or every class has the most slots already
   /// with every class in use (a large heap), so that claims need no look at the word.
-  DEVMR_HOST_DEVICE bool fixed() const { return base() + 1 == limit; }
+  DEVMR_HOST_DEVICE bool fixed() const { return shape == nullptr || fixed_for(*shape, limit); }
 
   /// The slot mask of every class with all classes in use (all slots where the width is fixed).
   DEVMR_HOST_DEVICE std::uint32_t base() const {

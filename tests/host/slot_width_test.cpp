@@ -72,6 +72,30 @@ TEST_CASE("a class widens up to the share of the classes in use", "[width]") {
   CHECK(width.mask(3) == 7);
 }
 
+TEST_CASE("the classes of blocks past 32 KiB keep the base width", "[width]") {
+  // A heap of every class: the word holds the widths of the first twelve, four bits each; the
+  // others have no bits there, and their masks never pass the base, whatever the word holds.
+  std::uint64_t const start = slot_width::initial(7, num_classes);
+  CHECK(slot_width::classes_of(start) == 0u);  // no class in use yet
+  for (unsigned c = 0; c < slot_width::max_classes; ++c) {
+    CHECK(slot_width::log2_of(start, c) == 3u);
+  }
+  slot_shape shape{start, 7, 1024};
+  slot_width const width{&shape, max_slots};
+  for (unsigned c = slot_width::max_classes; c < num_classes; ++c) {
+    width.use(c);
+    CHECK((slot_width::classes_of(shape.widths) & (1u << c)) != 0);
+    width.widen(c);
+    width.widen(c);
+    CHECK(width.mask(c) == 7);
+  }
+  // Every class of the word in use and widened as far as it goes: the others stay at the base.
+  shape.widths = ~std::uint64_t{0};
+  for (unsigned c = slot_width::max_classes; c < num_classes; ++c) {
+    CHECK(width.mask(c) == 7);
+  }
+}
+
 TEST_CASE("a class narrows back to the base width", "[width]") {
   slot_shape shape{slot_width::initial(7, 9), 7, 128};
   slot_width const width{&shape, 256};

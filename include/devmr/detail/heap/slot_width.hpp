@@ -6,8 +6,10 @@
 // classes are in use, each of them may use a larger share, so that fewer SMs meet on one slot
 // word and each slot's installs serve fewer claims.
 //
-// One word holds the classes that have taken an empty slab (bits 0-15) and the width of each
-// class (four bits each from bit 16: log2 of its slots). Every class starts at the share of all
+// One word holds the classes that have taken an empty slab (bits 0-15) and the width of each of
+// the first twelve classes (four bits each from bit 16: log2 of its slots), the classes of blocks
+// up to 32 KiB. The classes of larger blocks (a few dozen blocks a slab at most) keep the base
+// width, which the word need not hold. Every class starts at the share of all
 // classes. An install that reuses one of its class's listed slabs doubles the class's width, up
 // to the share of the classes in use; a class that takes its first empty slab narrows every class
 // to the share that leaves room for it. Both are one CAS on the word, so that no width passes the
@@ -45,9 +47,11 @@ struct slot_width {
   /// word. Where false, they read the word, which holds every class at `limit` slots when fixed.
   bool known_fixed = false;
 
-  /// Classes a word can hold: a bit each below bit 16, and four bits each above.
+  /// Classes whose widths a word holds, four bits each above bit 16; the others keep the base
+  /// width. Every class has its bit below bit 16.
   static constexpr unsigned max_classes = 12;
   static constexpr unsigned width_shift = 16;
+  static_assert(num_classes <= width_shift);
 
   /// log2 of the slots of each of `classes` classes in use (at least one) that share `budget`
   /// slabs: the largest power of two of slots that fits their share, at least one, at most
@@ -68,7 +72,7 @@ struct slot_width {
   /// The state word of `classes` classes at slot mask `mask` each, none in use.
   DEVMR_HOST_DEVICE static std::uint64_t initial(std::uint32_t mask, unsigned classes) {
     std::uint64_t word = 0;
-    for (unsigned c = 0; c < classes; ++c) {
+    for (unsigned c = 0; c < classes && c < max_classes; ++c) {
       word |= std::uint64_t{floor_log2(std::uint64_t{mask} + 1)} << (width_shift + 4 * c);
     }
     return word;
@@ -77,13 +81,14 @@ struct slot_width {
   DEVMR_HOST_DEVICE static constexpr std::uint32_t classes_of(std::uint64_t word) {
     return static_cast<std::uint32_t>(word) & ((1u << width_shift) - 1);
   }
+  /// log2 of the slots of class `cls` (< max_classes) in `word`.
   DEVMR_HOST_DEVICE static constexpr unsigned log2_of(std::uint64_t word, unsigned cls) {
     return static_cast<unsigned>(word >> (width_shift + 4 * cls)) & 15u;
   }
   DEVMR_HOST_DEVICE static constexpr std::uint32_t mask_of(std::uint64_t word, unsigned cls) {
     return (std::uint32_t{1} << log2_of(word, cls)) - 1;
   }
-  /// `word` with class `cls` at 2^`log2` slots.
+  /// `word` with class `cls` (< max_classes) at 2^`log2` slots.
   DEVMR_HOST_DEVICE static constexpr std::uint64_t with_log2(std::uint64_t word,
                                                              unsigned cls,
                                                              unsigned log2) {
@@ -108,10 +113,12 @@ struct slot_width {
 
   /// The slot mask that claims of class `cls` use now: one load of the word (none where the
   /// widths are known fixed), with no look at the base, so that a claim waits for one load before
-  /// its atomic.
+  /// its atomic; the base for the classes the word does not hold.
   DEVMR_HOST_DEVICE std::uint32_t mask(unsigned cls) const {
-    return known_fixed || shape == nullptr ? limit - 1
-                                           : mask_of(atomic(shape->widths).load(relaxed), cls);
+    if (known_fixed || shape == nullptr) {
+      return limit - 1;
+    }
+    return cls < max_classes ? mask_of(atomic(shape->widths).load(relaxed), cls) : base();
   }
 
   /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every
@@ -142,7 +149,7 @@ struct slot_width {
   /// the base width, so that its claims stop meeting slots that have nothing to hand out. One
   /// attempt, as for widen.
   DEVMR_HOST_DEVICE void narrow(unsigned cls) const {
-    if (fixed()) {
+    if (cls >= max_classes || fixed()) {
       return;
     }
     auto w = atomic(shape->widths);
@@ -156,7 +163,7 @@ struct slot_width {
   /// Class `cls` installs a slab it reuses: its width doubles if the share of the classes in use
   /// allows it. One attempt; a failed CAS means that the widths changed meanwhile.
   DEVMR_HOST_DEVICE void widen(unsigned cls) const {
-    if (fixed()) {
+    if (cls >= max_classes || fixed()) {
       return;
     }
     auto w = atomic(shape->widths);

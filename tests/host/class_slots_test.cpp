@@ -749,6 +749,32 @@ TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new
   CHECK_FALSE(is_slab(slot_id(slots.word(2, 0))));  // another class's: given up
 }
 
+TEST_CASE("an SM's odd warps claim through a second slot only where the class has every slot",
+          "[reuse][slots][width]") {
+  test_slab_memory memory{4};
+  std::vector<std::uint64_t> words(std::size_t{max_slots} * test_classes, vacant_class_slot);
+  // Every class at every slot, as on a large heap: the even and the odd warps of an SM claim
+  // through two slot words.
+  class_slots<test_slabs> const every{test_slabs{&memory}, words.data(), test_classes, max_slots};
+  for (unsigned sm = 0; sm < max_slots / 2; ++sm) {
+    CHECK(every.slot_of(1, claim_hint(sm, 0)) == sm);
+    CHECK(every.slot_of(1, claim_hint(sm, 2)) == sm);
+    CHECK(every.slot_of(1, claim_hint(sm, 1)) == sm + max_slots / 2);
+    CHECK(every.slot_of(1, claim_hint(sm, 7)) == sm + max_slots / 2);
+  }
+  REQUIRE(every.claim(1, every.slot_of(1, claim_hint(5, 1)), 3, 5).count == 3);
+  CHECK(slot_claimed(words[(5 + max_slots / 2) * test_classes + 1]) == 3);
+  CHECK(slot_is_vacant(words[5 * test_classes + 1]));
+  // Classes of 8 slots: both hints of an SM name its one slot, never one past the width.
+  slot_shape shape{slot_width::initial(7, test_classes), 7, 8 * test_classes};
+  class_slots<test_slabs> const narrow{test_slabs{&memory}, words.data(), test_classes, max_slots,
+                                       &shape};
+  for (unsigned sm = 0; sm < max_slots / 2; ++sm) {
+    CHECK(narrow.slot_of(1, claim_hint(sm, 1)) == narrow.slot_of(1, claim_hint(sm, 0)));
+    CHECK(narrow.slot_of(1, claim_hint(sm, 1)) <= 7u);
+  }
+}
+
 TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[reuse][slots]") {
   test_heap heap{2, 1};
   std::vector<std::uint32_t> small;

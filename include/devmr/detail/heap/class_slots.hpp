@@ -96,6 +96,16 @@ DEVMR_HOST_DEVICE constexpr bool is_moved(block_claim const& c) {
   return c.count == 0 && c.first == 1;
 }
 
+/// The hint whose slot a warp's claims use (class_slots::slot_of): `sm`, its SM's number, for
+/// the even warps of the SM (`warp`: its place among the warps resident there) and max_slots / 2
+/// further on for the odd ones. A class whose width takes in every slot (on a large heap every
+/// class's does, see slot_width) meets an SM's claims on two slot words, which install their
+/// slabs side by side: a claim waits for half as many installs. A narrower class masks both
+/// hints to the same slot.
+DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
+  return sm + (warp & 1u) * (max_slots / 2);
+}
+
 /**
  * The slots of the size classes over the slabs that `Slabs` describes. `Slabs` gives:
  *  - `blocks(cls)`: blocks in a slab of class `cls`;

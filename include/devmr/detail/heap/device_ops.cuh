@@ -41,7 +41,7 @@ __device__ inline void* device_allocate(heap_header* h,
     unsigned const sm = sm_id();
     auto const slots = core.slots();
     unsigned const cls = class_of_size(size);
-    p = warp_allocate(slots, cls, slots.slot_of(cls, sm), sm, failed);
+    p = warp_allocate(slots, cls, slots.slot_of(cls, claim_hint(sm, warp_slot())), sm, failed);
   }
   if (failed != 0) {
     atomic(h->counters.failed_allocations).fetch_add(failed, relaxed);

@@ -29,6 +29,14 @@ __device__ __forceinline__ unsigned sm_id() {
   return sm;
 }
 
+/// The number of the warp's place on its SM (%warpid): a hint, which changes if the warp is
+/// preempted and resumed elsewhere.
+__device__ __forceinline__ unsigned warp_slot() {
+  unsigned warp;
+  asm volatile("mov.u32 %0, %%warpid;" : "=r"(warp));
+  return warp;
+}
+
 /// A release fence at device scope: `fence.release.gpu` where the target has it (sm_90), which
 /// unlike the `fence.acq_rel.gpu` of `cuda::atomic_thread_fence` leaves the L1 cache alone.
 __device__ __forceinline__ void release_fence() {

@@ -180,8 +180,10 @@ TEST_CASE("slots per class: a quarter of the slabs shared by the classes, one to
           "[heap][core]") {
   CHECK(slot_mask_for(1) == 0);
   CHECK(slot_mask_for(64) == 0);
-  CHECK(slot_mask_for(512) == 7);    // 512 MiB
-  CHECK(slot_mask_for(4096) == 63);  // 4 GiB
+  CHECK(slot_mask_for(512) == 7);      // 512 MiB
+  CHECK(slot_mask_for(4096) == 63);    // 4 GiB
+  CHECK(slot_mask_for(16383) == 127);  // every class all 256 slots from 16 GiB on
+  CHECK(slot_mask_for(16384) == 255);
   CHECK(slot_mask_for(1 << 20) == 255);
   for (std::uint64_t slabs : {1ull, 100ull, 1000ull, 20000ull}) {
     std::uint64_t const slots = slot_mask_for(slabs) + 1;

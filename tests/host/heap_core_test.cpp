@@ -373,6 +373,17 @@ TEST_CASE("slabs emptied by small blocks come back as long runs", "[heap][core]"
 
 namespace {
 
+/// How the threads of churn pick their slots and classes.
+struct churn_shape {
+  /// Claims go through the slots that a kernel's warps would use (the thread's number for its
+  /// SM, its operations alternating between an even and an odd warp: claim_hint, masked by the
+  /// class's width), and follow the claims a wide slot moves to the base width. Else each pair
+  /// of threads uses one slot of the base width.
+  bool warp_slots = false;
+  /// Classes taken at random: the first nine (16 B to 4 KiB), or every class (to 512 KiB).
+  unsigned classes = 9;
+};
+
 /// Each thread keeps blocks of mixed sizes (16 B to 4 KiB) live: a few for the whole run, most
 /// for a short while, so that slabs keep some live blocks while the others are freed and
 /// allocated again; about `live_share` of the heap's bytes are live at any time. Claims take up
@@ -383,7 +394,8 @@ std::uint64_t churn(host_heap& heap,
                     unsigned threads,
                     int operations,
                     double live_share,
-                    std::atomic<int>& errors) {
+                    std::atomic<int>& errors,
+                    churn_shape shape) {
   auto core = heap.core();
   auto slots = core.slots();
   std::mt19937 random{thread * 7919u + 1};
@@ -404,7 +416,7 @@ std::uint64_t churn(host_heap& heap,
     live_bytes -= b.bytes;
   };
   for (int op = 0; op < operations; ++op) {
-    unsigned const cls = random() % 9;
+    unsigned const cls = random() % shape.classes;
     std::uint32_t want = 1 + random() % 32;
     std::size_t const bytes = class_bytes(cls);
     while (live_bytes + want * bytes > budget && !live.empty()) {
@@ -417,7 +429,11 @@ std::uint64_t churn(host_heap& heap,
       continue;
     }
     while (want > 0) {
-      block_claim const got = slots.claim(cls, slot, want, thread);
+      unsigned const at = shape.warp_slots ? slots.slot_of(cls, claim_hint(thread, op & 1)) : slot;
+      block_claim got = slots.claim(cls, at, want, thread);
+      if (is_moved(got)) {
+        got = slots.claim(cls, got.id, want, thread);
+      }
       if (got.count == 0) {
         failures += want;
         break;
@@ -447,14 +463,16 @@ struct churn_totals {
   std::uint64_t failures;
 };
 
-churn_totals run_churn(host_heap& heap, unsigned threads, int operations, double live_share) {
+churn_totals run_churn(
+    host_heap& heap, unsigned threads, int operations, double live_share, churn_shape shape = {}) {
   granule_table granules{heap};
   std::atomic<int> errors{0};
   std::atomic<std::uint64_t> failures{0};
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back(
-        [&, t] { failures += churn(heap, granules, t, threads, operations, live_share, errors); });
+    pool.emplace_back([&, t] {
+      failures += churn(heap, granules, t, threads, operations, live_share, errors, shape);
+    });
   }
   for (auto& t : pool) {
     t.join();
@@ -491,6 +509,24 @@ TEST_CASE("threads churning mixed lifetimes at 80% of the heap never fail nor sh
   void* second = core.allocate_large(64 * slab_bytes, 0);
   CHECK(first != nullptr);
   CHECK(second != nullptr);
+}
+
+TEST_CASE("threads claiming through the slots of a kernel's warps share no block",
+          "[heap][core][threads]") {
+  // Claims through the slots that warps use: classes widen and narrow, wide slots send claims
+  // to the base width, and odd warps claim through a second slot where a class has all of them.
+  // At 70% live with the classes of 16 B to 4 KiB, and at 50% with every class to 512 KiB,
+  // whose widths the width word does not hold.
+  int const operations = under_tsan() ? 4000 : 40000;
+  for (auto const& [share, classes] : {std::pair{0.7, 9u}, std::pair{0.5, num_classes}}) {
+    INFO(classes << " classes, " << share << " of the heap live");
+    host_heap heap{{96, 64}, false};
+    auto const [errors, failures] = run_churn(heap, 8, operations, share, {true, classes});
+    CHECK(errors == 0);
+    CHECK(failures == 0);
+    CHECK(heap.blocks_in_use() == 0);
+    CHECK(heap.header().counters.invalid_frees == 0);
+  }
 }
 
 TEST_CASE("threads churning past the heap's size fail some allocations and lose nothing",

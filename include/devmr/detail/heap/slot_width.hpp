@@ -8,12 +8,12 @@
 //
 // One word holds the classes that have taken an empty slab (bits 0-15) and the width of each of
 // the first twelve classes (four bits each from bit 16: log2 of its slots), the classes of blocks
-// up to 32 KiB. The classes of larger blocks (a few dozen blocks a slab at most) keep the base
-// width, which the word need not hold. Every class starts at the share of all
-// classes. An install that reuses one of its class's listed slabs doubles the class's width, up
-// to the share of the classes in use; a class that takes its first empty slab narrows every class
-// to the share that leaves room for it. Both are one CAS on the word, so that no width passes the
-// share of the classes that the word records. A slot past the share of all classes reuses its
+// up to 32 KiB. The classes of larger blocks (sixteen blocks a slab at most) keep the base
+// width, which the word need not hold. Every class starts at the share of all classes. An
+// install that reuses one of its class's listed slabs doubles the class's width, up to the share
+// of the classes in use; a class that takes its first empty slab narrows every class to the
+// share that leaves room for it. Both are one CAS on the word, so that no width passes the share
+// of the classes that the word records. A slot past the share of all classes reuses its
 // class's slabs and never takes an empty one: one with nothing to reuse narrows its class back
 // and sends its claim to the slot of the base width (class_slots::install), so that widening
 // spreads a class over the slabs it holds, not the heap's empty slabs over more slots. Claims

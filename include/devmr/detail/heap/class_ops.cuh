@@ -1,9 +1,9 @@
 #pragma once
 
 // The device path of the size classes' slots, a warp at a time: the lanes of a warp that ask for
-// blocks of one class share one claim (one atomic on their SM's slot of the class) and, from a
-// reused slab, one AND per bitmap word their blocks come from; the lanes that free blocks of one
-// bitmap word share one OR and one addition to their slab's count.
+// blocks of one class share one claim (one atomic on their slot of the class, see claim_hint)
+// and, from a reused slab, one AND per bitmap word their blocks come from; the lanes that free
+// blocks of one bitmap word share one OR and one addition to their slab's count.
 
 #include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/warp.cuh>

@@ -1,8 +1,8 @@
 #pragma once
 
 // The device fast path of slab_ref: allocate and free from kernels, a warp at a time. Threads of a
-// warp that ask for blocks of one size class share one claim (one atomic on their SM's slot of
-// the class, see class_ops.cuh); threads that free blocks of one bitmap word of one slab share one
+// warp that ask for blocks of one size class share one claim (one atomic on their slot of the
+// class, see class_ops.cuh); threads that free blocks of one bitmap word of one slab share one
 // OR and one addition.
 
 #include <devmr/detail/heap/class_ops.cuh>

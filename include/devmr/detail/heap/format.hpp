@@ -23,7 +23,7 @@ inline std::uint32_t slot_budget_for(std::uint64_t slabs) {
 }
 
 /// Slots per class, minus one, for a heap of `slabs` slabs with every class in use: each class's
-/// share of the budget, up to one slot per SM. Where fewer classes are in use, they widen to a
+/// share of the budget, up to max_slots. Where fewer classes are in use, they widen to a
 /// larger share (slot_width.hpp).
 inline std::uint32_t slot_mask_for(std::uint64_t slabs) {
   return slot_width::share(slot_budget_for(slabs), num_classes, max_slots);

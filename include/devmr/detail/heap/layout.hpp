@@ -28,7 +28,8 @@ inline constexpr std::size_t max_blocks_per_slab = slab_bytes >> min_block_shift
 
 /// A heap holds at most this many arenas (grow in larger steps past that).
 inline constexpr unsigned max_arenas = 64;
-/// Current-slab slots per size class; a warp uses the slot of its SM (masked).
+/// Current-slab slots per size class; a warp uses its SM's, or a second one for the SM's odd
+/// warps (class_slots.hpp: claim_hint), masked by its class's width.
 inline constexpr unsigned max_slots = 256;
 /// Free runs of slabs are kept in stacks by floor(log2(length)); single free slabs in
 /// `slab_shards` stacks, so that SMs do not meet on one word. A small slab whose blocks were all

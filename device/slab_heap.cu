@@ -82,8 +82,7 @@ __global__ void reset_kernel(heap_header* h) {
     for (std::uint64_t w = t; w < words; w += blockDim.x) {
       h->arenas[a].empty_bits[w] = 0;
     }
-    std::uint64_t const lists =
-        num_classes * slab_set_words(static_cast<std::uint32_t>(h->arenas[a].slabs));
+    std::uint64_t const lists = class_list_words(static_cast<std::uint32_t>(h->arenas[a].slabs));
     for (std::uint64_t w = t; w < lists; w += blockDim.x) {
       h->arenas[a].listed[w] = 0;
     }
@@ -260,8 +259,7 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
   arena_memory a{nullptr,
                  slabs * hp::slab_bytes,
                  nullptr,
-                 listed_offset + hp::num_classes *
-                                     hp::slab_set_words(static_cast<std::uint32_t>(slabs)) *
+                 listed_offset + hp::class_list_words(static_cast<std::uint32_t>(slabs)) *
                                      sizeof(std::uint32_t),
                  nullptr,
                  slabs * hp::block_words_per_slab * sizeof(std::uint32_t)};

@@ -63,17 +63,18 @@ struct heap_stats {
  * @brief The owning host object of a lock-free slab heap that kernels allocate from.
  *
  * The heap takes arenas from `upstream` (which must outlive it) and hands kernels a `slab_ref`.
- * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each;
- * larger blocks are runs of whole slabs. A freed block is handed out again while other blocks of
- * its slab are live: a slab with an eighth of its blocks free goes on its class's list, which the
- * class's slots take slabs from before new ones, and a slab whose blocks are all free leaves its
- * class for any use. Slabs are formatted when first taken, so construction does not depend on
- * the heap's size. Each size class has a slot per SM, and on heaps of 16 GiB and more a second
- * one for each SM's odd warps (fewer on heaps under 16 GiB, where SMs share them: a quarter of a
- * slab per class and slot at most), which holds one slab partly handed out. Free runs of slabs are
- * split for shorter requests; free slabs merge into a longer run when a large block needs one (a
- * slower search, taken only when no free run is long enough), the slots giving up their slabs if
- * need be. Runs never span two arenas.
+ * Small blocks (up to 512 KiB, powers of two) come from 1 MiB slabs of one size class each; larger
+ * blocks are runs of whole slabs. A freed block is handed out again while other blocks of its slab
+ * are live: a slab with an eighth of its blocks free goes on its class's list, which the class's
+ * slots take slabs from before new ones, and a slab whose blocks are all free leaves its class for
+ * any use; a class out of listed and empty slabs opens its slabs with fewer free blocks, and takes
+ * back those its slots hold, before an allocation fails. Slabs are formatted when first taken, so
+ * construction does not depend on the heap's size. Each size class has a slot per SM, and on heaps
+ * of 16 GiB and more a second one for each SM's odd warps (fewer on heaps under 16 GiB, where SMs
+ * share them: a quarter of a slab per class and slot at most), which holds one slab partly handed
+ * out. Free runs of slabs are split for shorter requests; free slabs merge into a longer run when
+ * a large block needs one (a slower search, taken only when no free run is long enough), the slots
+ * giving up their slabs if need be. Runs never span two arenas.
  *
  * Growth: `grow` adds an arena that kernels launched afterwards use; live blocks never move.
  * Destruction returns every arena to the pool and reports on stderr how many blocks were still

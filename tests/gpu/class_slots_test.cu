@@ -63,6 +63,9 @@ struct device_slabs {
     return {listed_words + std::size_t{c} * slab_set_words(set_members),
             bitmap_words_for(set_members)};
   }
+  DEVMR_HOST_DEVICE slab_set below(unsigned c, std::uint32_t part) const {
+    return listed(engine_classes + c, part);
+  }
   DEVMR_HOST_DEVICE std::uint32_t member(std::uint32_t id) const { return id; }
   DEVMR_HOST_DEVICE std::uint32_t part_of(std::uint32_t) const { return 0; }
   DEVMR_HOST_DEVICE std::uint32_t slab_of(std::uint32_t, std::uint32_t m) const { return m; }
@@ -234,7 +237,7 @@ struct device_engine {
     CUDA_CHECK(cudaMalloc(&classes, slabs * sizeof(std::uint32_t)));
     bit_bytes = std::size_t{slabs} * bitmap_words_for(class_capacity(0)) * sizeof(std::uint32_t);
     CUDA_CHECK(cudaMalloc(&bits, bit_bytes));
-    std::size_t const set_bytes = std::size_t{engine_classes} * slab_set_words(slabs) * 4;
+    std::size_t const set_bytes = std::size_t{2 * engine_classes} * slab_set_words(slabs) * 4;
     CUDA_CHECK(cudaMalloc(&listed, set_bytes));
     CUDA_CHECK(cudaMemset(listed, 0, set_bytes));
     CUDA_CHECK(cudaMalloc(&empty_heads, empty_shards * sizeof(std::uint64_t)));

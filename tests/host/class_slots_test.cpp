@@ -188,7 +188,7 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   // The slot's claims take the 48; it closes with 16 counted: listed again.
   CHECK(avail.close(0) == avail_event::listed);
   CHECK(avail.open_listed() == 12);             // 4 stay counted; 60 blocks out
-  CHECK(avail.close(0) == avail_event::none);   // 4, below the threshold: waits for frees
+  CHECK(avail.close(0) == avail_event::below);  // 4, below the threshold: waits for frees
   CHECK(avail.free(3) == avail_event::none);    // 7
   CHECK(avail.free(1) == avail_event::listed);  // 8: this free lists it
   CHECK(avail.free(1) == avail_event::none);    // 9, listed
@@ -203,6 +203,28 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   CHECK(other.open_listed() == 0);
   CHECK(avail.free(54) == avail_event::full_listed);
   CHECK(avail.take_full());
+}
+
+TEST_CASE("a slab closed below the threshold opens for a class short of slabs, every block",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail{word, 64, 2};  // threshold 8
+  avail.open_fresh();
+  CHECK(avail.close(0) == avail_event::below);  // every block out: on the list all the same
+  CHECK(avail.closed_full());
+  CHECK(avail.open_below() == 0);  // nothing to promise yet
+  CHECK(avail.free(5) == avail_event::none);
+  CHECK_FALSE(avail.closed_full());
+  slab_avail const other{word, 64, 3};
+  CHECK(other.open_below() == 0);  // another class's slot never opens it
+  CHECK(avail.open_below() == 5);  // all 5 promised, none kept
+  CHECK(word == (avail_open | 2u << avail_class_shift));
+  CHECK(avail.open_below() == 0);  // open: no second slot takes it
+  CHECK(avail.close(2) == avail_event::below);
+  CHECK(avail.free(6) == avail_event::listed);  // 8: listed, for the slots' installs
+  CHECK(avail.open_below() == 0);
+  CHECK_FALSE(avail.closed_full());
+  CHECK(avail.free(56) == avail_event::full_listed);
 }
 
 TEST_CASE("a claim takes blocks straight from a listed slab, all or none, keeping some",
@@ -236,7 +258,7 @@ TEST_CASE("frees racing past the threshold list the slab exactly once", "[reuse]
     std::uint32_t word = 0;
     slab_avail const avail{word, 4096, 0};
     avail.open_fresh();
-    CHECK(avail.close(0) == avail_event::none);
+    CHECK(avail.close(0) == avail_event::below);
     std::atomic<int> listed{0};
     std::atomic<int> emptied{0};
     std::vector<std::thread> threads;
@@ -410,6 +432,9 @@ TEST_CASE("threads adding and taking slabs of a set lose none and take none twic
 struct test_slab_memory {
   static constexpr unsigned slab_shift = 14;
   static constexpr std::uint32_t max_blocks = 1024;
+  /// Classes whose lists the memory holds: each has a list of slabs to reuse and one of slabs
+  /// closed below the listing threshold.
+  static constexpr unsigned list_classes = 4;
 
   explicit test_slab_memory(std::uint32_t count)
       : slabs{count},
@@ -419,7 +444,7 @@ struct test_slab_memory {
         cls(count, 0xffu),
         bits(std::size_t{count} * bitmap_words_for(max_blocks), 0xa5a5a5a5u),
         owner(std::size_t{count} * max_blocks),
-        listed(std::size_t{4} * (slab_set_words(count) + 64), 0) {
+        listed(std::size_t{2 * list_classes} * (slab_set_words(count) + 64), 0) {
     for (std::uint32_t id = count; id-- > 0;) {
       empty().push(id);
     }
@@ -462,6 +487,9 @@ struct test_slabs {
   slab_set listed(unsigned c, std::uint32_t) const {
     return {&m->listed[c * slab_set_words(m->slabs)], bitmap_words_for(m->slabs)};
   }
+  slab_set below(unsigned c, std::uint32_t part) const {
+    return listed(test_slab_memory::list_classes + c, part);
+  }
   std::uint32_t member(std::uint32_t id) const { return id; }
   std::uint32_t part_of(std::uint32_t) const { return 0; }
   std::uint32_t slab_of(std::uint32_t, std::uint32_t member) const { return member; }
@@ -498,6 +526,9 @@ struct supply_slabs {
   slab_set listed(unsigned c, std::uint32_t part) const {
     return {&m->listed[(c * list_parts() + part) * slab_set_words(per_arena)],
             bitmap_words_for(per_arena)};
+  }
+  slab_set below(unsigned c, std::uint32_t part) const {
+    return listed(test_slab_memory::list_classes + c, part);
   }
   std::uint32_t member(std::uint32_t id) const { return index_of(id); }
   std::uint32_t part_of(std::uint32_t id) const { return arena_of(id); }
@@ -624,10 +655,10 @@ TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again",
   }
   CHECK(heap.counted_free_blocks() == 128);
   // The same blocks come back, every one once, and no more: each slab promises three quarters
-  // of its 64 free blocks, then of the 16 left (listed again at the threshold, 16), and keeps the
-  // last 4 until frees bring it to the threshold again.
+  // of its 64 free blocks, then of the 16 left (listed again at the threshold, 16), and, with
+  // nothing else left, the last 4, below the threshold (reclaim).
   std::vector<std::uint32_t> again;
-  CHECK(heap.allocate(3, 0, 200, 2, again) == 2 * (48 + 12));
+  CHECK(heap.allocate(3, 0, 200, 2, again) == 2 * (48 + 12 + 4));
   std::sort(again.begin(), again.end());
   std::sort(freed.begin(), freed.end());
   CHECK(std::adjacent_find(again.begin(), again.end()) == again.end());

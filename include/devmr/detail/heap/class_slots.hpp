@@ -113,7 +113,8 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
  *  - `bits(id)`: its bitmap's first word (std::uint32_t*, room for the smallest class);
  *  - `list_parts()` and `listed(cls, part)`: the class's list of slabs with blocks to reuse, one
  *    slab_set for each part of the heap (an arena); slab `id` is member `member(id)` of part
- *    `part_of(id)`, and member `m` of part `p` is slab `slab_of(p, m)`;
+ *    `part_of(id)`, and member `m` of part `p` is slab `slab_of(p, m)`; `below(cls, part)`: the
+ *    same for the class's slabs closed with free blocks too few to list (see reclaim);
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
  *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
@@ -325,7 +326,15 @@ class class_slots {
       if (id == no_slab && release_slots(cls, hint)) {
         id = slabs_.take_empty(hint);
       }
-      if (id != no_slab) {
+      if (id == no_slab) {
+        std::uint64_t const found = reclaim(cls, slot, hint);
+        id = static_cast<std::uint32_t>(found);
+        promised = static_cast<std::uint32_t>(found >> 32);
+        if (id == no_slab) {
+          id = slabs_.take_empty(hint);
+        }
+      }
+      if (id != no_slab && promised == 0) {
         slabs_.format(id, cls);
         block_bitmap const bits = bitmap(id, cls);
         bits.clear();
@@ -386,7 +395,12 @@ class class_slots {
     if (unused != 0 && slot_is_fresh(old)) {
       bitmap(id, cls).give_range(claimed, promised);  // a reused slab's are still set
     }
-    act(avail(id, cls).close(unused), id, cls, hint);
+    avail_event const event = avail(id, cls).close(unused);
+    if (event == avail_event::below) {
+      slabs_.below(cls, slabs_.part_of(id)).insert(slabs_.member(id));
+    } else {
+      act(event, id, cls, hint);
+    }
   }
 
   /// Empties slot `slot` of class `cls` (for reset-like uses and tests): closes its slab.
@@ -405,17 +419,56 @@ class class_slots {
     DEVMR_ROLLED for (unsigned c = 0; c < classes_; ++c) {
       unsigned const first = c == cls ? width_.mask(c) + 1 : 0;
       DEVMR_ROLLED for (unsigned s = first; s < slot_count_; ++s) {
-        auto w = atomic(word(c, s));
-        std::uint64_t seen = w.load(relaxed);
-        // acquire: the format of the slab it takes out happens before its close.
-        if (is_slab(slot_id(seen)) &&
-            w.compare_exchange_strong(seen, vacant_class_slot, acquire, relaxed)) {
-          close(seen, c, hint);
-          released = true;
-        }
+        released = release_slot(c, s, hint) || released;
       }
     }
     return released;
+  }
+
+  /// Out of slabs even after the slots of the other classes gave theirs up (release_slots): the
+  /// other slots of class `cls` give up theirs too, so that the blocks that they hold back (the
+  /// quarter of a reused slab's free blocks that its slot does not promise, and the blocks
+  /// promised and not claimed) go back to their slabs' counts, which list the slabs for reuse
+  /// or empty them; then a slab off the class's list, or else one off its list of slabs closed
+  /// below the listing threshold, is opened for the caller's slot. Returns its id, and the
+  /// blocks promised in the high half; no_slab when both lists are empty. Out of line: a slow
+  /// path.
+  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint64_t reclaim(unsigned cls,
+                                                         unsigned slot,
+                                                         unsigned hint) const {
+    DEVMR_ROLLED for (unsigned s = 0; s < slot_count_; ++s) {
+      if (s != slot) {
+        release_slot(cls, s, hint);
+      }
+    }
+    std::uint32_t const parts = slabs_.list_parts();
+    DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
+      DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
+        std::uint32_t const part = (hint + n) % parts;
+        slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
+        DEVMR_ROLLED for (std::uint32_t k = 0; k < set.count; ++k) {
+          std::uint32_t const w = (hint + k) % set.count;
+          std::uint32_t bits = atomic(set.words[w]).load(relaxed);
+          while (bits != 0) {
+            std::uint32_t const member = w * bitmap_word_bits + lowest_bit_index(bits);
+            bits &= bits - 1;
+            std::uint32_t const id = slabs_.slab_of(part, member);
+            slab_avail const a = avail(id, cls);
+            // A slab closed with every block in use stays on the list, for the frees to come.
+            if ((below != 0 && a.closed_full()) || !set.erase(member)) {
+              continue;
+            }
+            // A member no longer so (listed or opened since, emptied, of another class now) is
+            // dropped: a slot that closes it again adds it again.
+            std::uint32_t const promised = below != 0 ? a.open_below() : a.open_listed();
+            if (promised != 0) {
+              return id | (std::uint64_t{promised} << 32);
+            }
+          }
+        }
+      }
+    }
+    return no_slab;
   }
 
  private:
@@ -527,6 +580,19 @@ class class_slots {
         close(seen, cls, hint);
         return true;
       }
+    }
+    return false;
+  }
+
+  /// Slot `s` of class `c` gives up the slab it holds, if any, and closes it: true when it did.
+  DEVMR_HOST_DEVICE bool release_slot(unsigned c, unsigned s, unsigned hint) const {
+    auto w = atomic(word(c, s));
+    std::uint64_t seen = w.load(relaxed);
+    // acquire: the format of the slab it takes out happens before its close.
+    if (is_slab(slot_id(seen)) &&
+        w.compare_exchange_strong(seen, vacant_class_slot, acquire, relaxed)) {
+      close(seen, c, hint);
+      return true;
     }
     return false;
   }

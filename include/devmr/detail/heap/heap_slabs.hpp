@@ -20,6 +20,13 @@ namespace devmr::detail::heap {
 
 static_assert(block_words_per_slab == bitmap_words_for(max_blocks_per_slab));
 
+/// Words of an arena's lists of slabs (arena_desc::listed) for `slabs` slabs: for each class,
+/// the slabs with blocks to reuse (listed), then for each class the slabs closed with free blocks
+/// too few to list (below), which a class short of slabs takes from (class_slots::reclaim).
+DEVMR_HOST_DEVICE constexpr std::uint64_t class_list_words(std::uint32_t slabs) {
+  return std::uint64_t{2} * num_classes * slab_set_words(slabs);
+}
+
 /// The slabs of one heap, as class_slots sees them. `first` is arena 0's entry, which the fast
 /// paths carry (a slab_ref holds it), so that most slabs' metadata and memory need no load of
 /// the arena table.
@@ -41,10 +48,10 @@ class heap_slabs {
 
   DEVMR_HOST_DEVICE std::uint32_t list_parts() const { return read_only(h_->arena_count); }
   DEVMR_HOST_DEVICE slab_set listed(unsigned cls, std::uint32_t part) const {
-    std::uint64_t const slabs = read_only(h_->arenas[part].slabs);
-    return {read_only(h_->arenas[part].listed) +
-                cls * slab_set_words(static_cast<std::uint32_t>(slabs)),
-            bitmap_words_for(static_cast<std::uint32_t>(slabs))};
+    return list(cls, part);
+  }
+  DEVMR_HOST_DEVICE slab_set below(unsigned cls, std::uint32_t part) const {
+    return list(num_classes + cls, part);
   }
   DEVMR_HOST_DEVICE static std::uint32_t member(std::uint32_t id) { return index_of(id); }
   DEVMR_HOST_DEVICE static std::uint32_t part_of(std::uint32_t id) { return arena_of(id); }
@@ -76,6 +83,13 @@ class heap_slabs {
   DEVMR_HOST_DEVICE bool bump_fresh() const { return !checked_; }
 
  private:
+  /// List `index` of part `part`: see class_list_words.
+  DEVMR_HOST_DEVICE slab_set list(unsigned index, std::uint32_t part) const {
+    auto const slabs = static_cast<std::uint32_t>(read_only(h_->arenas[part].slabs));
+    return {read_only(h_->arenas[part].listed) + index * slab_set_words(slabs),
+            bitmap_words_for(slabs)};
+  }
+
   heap_header* h_;
   heap_view::arena_view first_;
   bool checked_;

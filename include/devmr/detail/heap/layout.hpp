@@ -164,8 +164,9 @@ struct arena_desc {
   slab_meta* meta;            ///< one per slab
   std::uint32_t* block_bits;  ///< block_words_per_slab words per slab: its free blocks (see
                               ///< block_bitmap.hpp)
-  std::uint32_t* listed;      ///< num_classes lists of slab_set_words(slabs) words, which start
-                              ///< out clear: the slabs of each class with blocks to reuse
+  std::uint32_t* listed;      ///< 2 num_classes lists of slab_set_words(slabs) words, which
+                              ///< start out clear: the slabs of each class with blocks to reuse,
+                              ///< then those closed below the listing threshold (heap_slabs)
   std::uint64_t* empty_bits;  ///< empty_words(slabs) words: a bit is set while the slab it
                               ///< stands for has had every block freed and waits to be taken;
                               ///< the summary follows the bitmap

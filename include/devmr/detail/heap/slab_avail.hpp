@@ -76,6 +76,8 @@ enum class avail_event {
   emptied,      ///< this thread took the slab, every block free: it hands it on (a format follows)
   full_listed,  ///< every block of a listed slab is free: this thread takes it off its class's
                 ///< list, then tries to take it (take_full), to hand it on
+  below,        ///< this thread closed the slab with free blocks too few to list it (none,
+                ///< perhaps): it adds the slab to its class's list of such slabs (close only)
 };
 
 /// A view of a slab's free count (`word`) for class `cls`, of `blocks` blocks per slab.
@@ -106,6 +108,25 @@ struct slab_avail {
       std::uint32_t const kept = (seen & avail_count_mask) - promise;
       if (w.compare_exchange_weak(seen, avail_open | class_bits() | kept, acquire, relaxed)) {
         return promise;
+      }
+    }
+    return 0;
+  }
+
+  /// Whether the slab is closed in the class (no slot holds it, not listed) with no free block:
+  /// frees may still come.
+  DEVMR_HOST_DEVICE bool closed_full() const { return atomic(word).load(relaxed) == class_bits(); }
+
+  /// Opens a slab of the class that no slot holds and that is not listed (its free blocks are
+  /// below the listing threshold): every free block becomes the promise of the caller's slot.
+  /// 0 when the slab is not such a slab, or has no free block. acquire: as open_listed's.
+  DEVMR_HOST_DEVICE std::uint32_t open_below() const {
+    auto w = atomic(word);
+    std::uint32_t seen = w.load(relaxed);
+    while ((seen & (avail_open | avail_listed | avail_class_mask)) == class_bits() &&
+           (seen & avail_count_mask) != 0) {
+      if (w.compare_exchange_weak(seen, avail_open | class_bits(), acquire, relaxed)) {
+        return seen & avail_count_mask;
       }
     }
     return 0;
@@ -146,7 +167,11 @@ struct slab_avail {
   /// a fresh slab's). release: as for free.
   DEVMR_HOST_DEVICE avail_event close(std::uint32_t unused) const {
     std::uint32_t const change = unused - avail_open;  // the flag is set: this clears it
-    return settle(atomic(word).fetch_add(change, release) + change);
+    std::uint32_t const now = atomic(word).fetch_add(change, release) + change;
+    avail_event const event = settle(now);
+    // Closed (a slot cleared the listed flag when it opened the slab) with fewer free blocks
+    // than the threshold, none perhaps: frees that come later add to them.
+    return event == avail_event::none ? avail_event::below : event;
   }
 
   /// The event of an addition that left `now` (the value after it).

@@ -29,9 +29,10 @@
 #define DEVMR_DEVICE
 #endif
 
-/// Keeps a slow path out of line: one copy per kernel instead of one per call site. (It does not
-/// lower a kernel's register count: that covers everything the kernel may call, and a called
-/// function gets registers above those its callers hold live at the call.)
+/// Keeps a function out of line: one copy per kernel instead of one per call site. A direct call
+/// of it still adds to the caller's registers (a called function gets registers above those its
+/// callers hold live at the call); the heap's slow paths are called through the ABI instead
+/// (detail/heap/out_of_line.hpp).
 #if defined(__CUDACC__)
 #define DEVMR_NOINLINE __noinline__
 #else

@@ -28,6 +28,7 @@
 #include <devmr/detail/heap/atomics.hpp>
 #include <devmr/detail/heap/block_bitmap.hpp>
 #include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/out_of_line.hpp>
 #include <devmr/detail/heap/slab_avail.hpp>
 #include <devmr/detail/heap/slab_set.hpp>
 #include <devmr/detail/heap/slot_width.hpp>
@@ -180,8 +181,9 @@ class class_slots {
   }
 
   /// The rest of a claim that its addition did not serve in full (`seen`: the value it
-  /// replaced; `got`: what it served). Inlined: out of line, it raised the registers of the
-  /// allocating kernels (see bench/RESULTS.md, heap_bench's registers).
+  /// replaced; `got`: what it served). Inline: the slow paths it calls (the install, the take
+  /// of a listed slab) run out of line (out_of_line.hpp), and a call of its own would only add
+  /// a frame to each of them.
   DEVMR_HOST_DEVICE block_claim claim_rest(unsigned cls,
                                            unsigned slot,
                                            std::uint32_t want,
@@ -194,22 +196,23 @@ class class_slots {
         // This claim used the slab up and wants more: it installs the next one now, for the
         // claims behind it, and claims the rest there. One that got all it wanted installs
         // nothing: the next claim, if one comes, does (slot_just_used_up).
-        install(cls, slot, 0, hint);
+        out_of_line<&class_slots::install>(*this, cls, slot, 0u, hint);
         return got;
       }
       if (slot_is_vacant(seen) || slot_just_used_up(seen)) {
-        return install(cls, slot, want, hint);
+        return out_of_line<&class_slots::install>(*this, cls, slot, want, hint);
       }
       // Another claim installs the next slab. A slab on the class's list serves the claim
       // without waiting, if one has the blocks; else wait for the install, but not without
       // bound: then take it over, and the others wait for this thread in turn.
-      if (block_claim const direct = take_direct(cls, want, hint); direct.count != 0) {
+      if (block_claim const direct = out_of_line<&class_slots::take_direct>(*this, cls, want, hint);
+          direct.count != 0) {
         return direct;
       }
       std::uint32_t const id = slot_id(seen);
       seen = wait_for_install(w, seen);
       if (slot_still_waiting(seen, id) && take_over(cls, slot, seen, id, hint)) {
-        return install(cls, slot, want, hint);
+        return out_of_line<&class_slots::install>(*this, cls, slot, want, hint);
       }
       seen = w.fetch_add(want, acquire);  // installed, or taken over by another waiter
       got = served(seen, want, cls);
@@ -224,10 +227,8 @@ class class_slots {
   /// list finds cannot serve them, or the class has more than direct_max_blocks blocks a slab.
   /// Claims that find their slot's slab used up take this way while one of them installs the next,
   /// so that they neither wait for that install nor queue behind it: many such claims at once
-  /// spread over the list's slabs and over each slab's bitmap. Out of line: a slow path.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim take_direct(unsigned cls,
-                                                           std::uint32_t want,
-                                                           unsigned hint) const {
+  /// spread over the list's slabs and over each slab's bitmap. A slow path: called out of line.
+  DEVMR_HOST_DEVICE block_claim take_direct(unsigned cls, std::uint32_t want, unsigned hint) const {
     if (slabs_.blocks(cls) > direct_max_blocks) {
       return no_claim;
     }
@@ -296,11 +297,11 @@ class class_slots {
   /// blocks (or as many as the slab promises) claimed for this thread. Out of slabs, a claim
   /// takes blocks from the current slab of another slot of its class (steal); the slot is left
   /// vacant for the claims that wait for it, which claim again, the first of them searching in
-  /// turn.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim install(unsigned cls,
-                                                       unsigned slot,
-                                                       std::uint32_t want,
-                                                       unsigned hint) const {
+  /// turn. A slow path: called out of line, as are the searches it makes of the supply.
+  DEVMR_HOST_DEVICE block_claim install(unsigned cls,
+                                        unsigned slot,
+                                        std::uint32_t want,
+                                        unsigned hint) const {
     std::uint32_t promised = 0;
     bool fresh = false;
     std::uint32_t id = take_listed(cls, hint, promised);
@@ -315,7 +316,7 @@ class class_slots {
       // the class holds, never the heap's empty slabs over more slots. Found none: the class
       // goes back to the base width (its claims would otherwise each try an install here), the
       // slot is left vacant, and the claim is sent to the slot of the base width (moved_claim).
-      return leave_wide_slot(cls, slot, want, hint);
+      return out_of_line<&class_slots::leave_wide_slot>(*this, cls, slot, want, hint);
     }
     if (id == no_slab) {
       // A class that reuses a listed slab installed one before (lists are emptied only with
@@ -323,11 +324,11 @@ class class_slots {
       // heap was made or reset.
       width_.use(cls);
       id = slabs_.take_empty(hint);
-      if (id == no_slab && release_slots(cls, hint)) {
+      if (id == no_slab && out_of_line<&class_slots::release_slots>(*this, cls, hint)) {
         id = slabs_.take_empty(hint);
       }
       if (id == no_slab) {
-        std::uint64_t const found = reclaim(cls, slot, hint);
+        std::uint64_t const found = out_of_line<&class_slots::reclaim>(*this, cls, slot, hint);
         id = static_cast<std::uint32_t>(found);
         promised = static_cast<std::uint32_t>(found >> 32);
         if (id == no_slab) {
@@ -369,11 +370,11 @@ class class_slots {
 
   /// A slot of class `cls` past the base width found nothing to reuse (see install): the class
   /// goes back to the base width and the slot is left vacant; a claim of `want` blocks is sent
-  /// to the slot of the base width (moved_claim). Out of line: a slow path.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE block_claim leave_wide_slot(unsigned cls,
-                                                               unsigned slot,
-                                                               std::uint32_t want,
-                                                               unsigned hint) const {
+  /// to the slot of the base width (moved_claim). A slow path: called out of line.
+  DEVMR_HOST_DEVICE block_claim leave_wide_slot(unsigned cls,
+                                                unsigned slot,
+                                                std::uint32_t want,
+                                                unsigned hint) const {
     width_.narrow(cls);
     give_up(cls, slot, hint);
     if (want == 0) {
@@ -414,7 +415,7 @@ class class_slots {
   /// (slot_width), which its claims no longer use. True when one was given up. `cls`
   /// num_classes (or any class past the last): every slot gives its slab up, for a run of whole
   /// slabs.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE bool release_slots(unsigned cls, unsigned hint) const {
+  DEVMR_HOST_DEVICE bool release_slots(unsigned cls, unsigned hint) const {
     bool released = false;
     DEVMR_ROLLED for (unsigned c = 0; c < classes_; ++c) {
       unsigned const first = c == cls ? width_.mask(c) + 1 : 0;
@@ -431,11 +432,9 @@ class class_slots {
   /// promised and not claimed) go back to their slabs' counts, which list the slabs for reuse
   /// or empty them; then a slab off the class's list, or else one off its list of slabs closed
   /// below the listing threshold, is opened for the caller's slot. Returns its id, and the
-  /// blocks promised in the high half; no_slab when both lists are empty. Out of line: a slow
-  /// path.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint64_t reclaim(unsigned cls,
-                                                         unsigned slot,
-                                                         unsigned hint) const {
+  /// blocks promised in the high half; no_slab when both lists are empty. A slow path: called
+  /// out of line.
+  DEVMR_HOST_DEVICE std::uint64_t reclaim(unsigned cls, unsigned slot, unsigned hint) const {
     DEVMR_ROLLED for (unsigned s = 0; s < slot_count_; ++s) {
       if (s != slot) {
         release_slot(cls, s, hint);
@@ -525,11 +524,12 @@ class class_slots {
     std::uint32_t const left = promised - claimed;
     std::uint32_t const count = want < left ? want : left;
     bool const fresh = slot_is_fresh(seen);
-    // A reused slab's claims look from words spread over its bitmap by their place.
+    // A reused slab's claims look from words spread over its bitmap by their place. 32 bits
+    // hold the product (claimed < 2^20 blocks, bitmap words <= 2^11): no 64-bit division.
     std::uint32_t const first =
-        fresh ? claimed
-              : static_cast<std::uint32_t>(std::uint64_t{claimed} *
-                                           bitmap_words_for(slabs_.blocks(cls)) / promised);
+        fresh
+            ? claimed
+            : claimed * static_cast<std::uint32_t>(bitmap_words_for(slabs_.blocks(cls))) / promised;
     return {id, first, count, fresh};
   }
 
@@ -644,6 +644,17 @@ class class_slots {
   unsigned classes_;
   unsigned slot_count_;
   slot_width width_;
+};
+
+/// The slow paths of class_slots take the object's address out of line (the caller keeps it in
+/// memory), unless `Slabs` can rebuild the slots from less: a heap's slots (heap_slabs.hpp) are
+/// rebuilt from the heap's header.
+template <class Slabs>
+struct view_handle<class_slots<Slabs>> {
+  DEVMR_HOST_DEVICE static class_slots<Slabs> const* of(class_slots<Slabs> const& s) { return &s; }
+  DEVMR_HOST_DEVICE static class_slots<Slabs> const& view(class_slots<Slabs> const* s) {
+    return *s;
+  }
 };
 
 }  // namespace devmr::detail::heap

@@ -23,6 +23,7 @@
 #include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/heap_slabs.hpp>
 #include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/out_of_line.hpp>
 #include <devmr/detail/heap/slab_supply.hpp>
 
 #include <cuda/atomic>
@@ -66,17 +67,14 @@ class heap_core : public slab_supply {
   DEVMR_HOST_DEVICE arena_view const& first() const { return first_; }
   DEVMR_HOST_DEVICE bool checked() const { return checked_; }
   DEVMR_HOST_DEVICE bool fixed_widths() const { return fixed_widths_; }
+  /// The slab supply alone (a view of the header).
+  DEVMR_HOST_DEVICE slab_supply supply() const { return slab_supply{h_}; }
 
   /// The slots of the size classes. The slow paths that look at every slot of a class look at
   /// all max_slots of them (those past the ones in use are vacant, or hold slabs that they give
   /// up when the heap runs out), so that no register holds the count in the allocating kernels.
   DEVMR_HOST_DEVICE slots_type slots() const {
-    return {heap_slabs{h_, first_, checked_},
-            &h_->slots[0].classes[0],
-            num_classes,
-            max_slots,
-            &h_->slot_widths,
-            fixed_widths_};
+    return heap_slots(h_, first_, checked_, fixed_widths_);
   }
 
   // ---- small blocks -------------------------------------------------------------------------
@@ -107,9 +105,10 @@ class heap_core : public slab_supply {
     if (slabs > max_slabs_per_arena) {
       return nullptr;
     }
-    std::uint32_t id = take_run(static_cast<std::uint32_t>(slabs), hint);
+    auto const count = static_cast<std::uint32_t>(slabs);
+    std::uint32_t id = out_of_line<&slab_supply::take_run>(supply(), count, hint);
     if (id == no_slab) {
-      id = gather_run(static_cast<std::uint32_t>(slabs), hint);
+      id = out_of_line<&heap_core::gather_run>(*this, count, hint);
     }
     if (id == no_slab) {
       return nullptr;
@@ -127,17 +126,19 @@ class heap_core : public slab_supply {
   /// slab resting on a stack is marked there too, and, if that is not enough, the slots give up
   /// their slabs (those whose blocks are all free leave their classes, marked), and the bitmaps
   /// are searched again. So the slabs that small blocks emptied come back as long runs, and runs
-  /// cut into pieces merge. Out of line, for the registers of the allocating kernels.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t gather_run(std::uint32_t slabs,
-                                                            unsigned hint) const {
+  /// cut into pieces merge. A slow path: called out of line (out_of_line.hpp).
+  DEVMR_HOST_DEVICE std::uint32_t gather_run(std::uint32_t slabs, unsigned hint) const {
+    slots_type const s = slots();
     if (slabs == 1) {
-      return slots().release_slots(num_classes, hint) ? take_run(1, hint) : no_slab;
+      return out_of_line<&slots_type::release_slots>(s, num_classes, hint)
+                 ? out_of_line<&slab_supply::take_run>(supply(), slabs, hint)
+                 : no_slab;
     }
     std::uint32_t id = find_marked_run(slabs);
     if (id == no_slab && mark_all_free()) {
       id = find_marked_run(slabs);
     }
-    if (id == no_slab && slots().release_slots(num_classes, hint)) {
+    if (id == no_slab && out_of_line<&slots_type::release_slots>(s, num_classes, hint)) {
       mark_all_free();
       id = find_marked_run(slabs);
     }

@@ -8,10 +8,13 @@
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>
 #include <devmr/detail/heap/block_bitmap.hpp>
+#include <devmr/detail/heap/class_slots.hpp>
 #include <devmr/detail/heap/heap_view.hpp>
 #include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/out_of_line.hpp>
 #include <devmr/detail/heap/slab_set.hpp>
 #include <devmr/detail/heap/slab_supply.hpp>
+#include <devmr/detail/heap/slot_width.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +40,7 @@ class heap_slabs {
                                bool checked)
       : h_{header}, first_{first}, checked_{checked} {}
 
+  DEVMR_HOST_DEVICE heap_header* header() const { return h_; }
   DEVMR_HOST_DEVICE slab_supply supply() const { return slab_supply{h_}; }
 
   DEVMR_HOST_DEVICE std::uint32_t blocks(unsigned cls) const { return class_capacity(cls); }
@@ -65,9 +69,14 @@ class heap_slabs {
     atomic(supply().meta(id, first_).state).store(make_state(cls, 0), relaxed);
   }
 
-  /// One slab from the supply, or no_slab when the heap has none.
+  /// One slab from the supply, or no_slab when the heap has none. The look at the hint's own
+  /// stack of single slabs and at the fresh slabs is made here, inline; only when neither has a
+  /// slab does the search of the supply run, out of line: an install that takes a slab from its
+  /// own stack makes no second call, whose saved registers it would restore at its end.
   DEVMR_HOST_DEVICE std::uint32_t take_empty(unsigned hint) const {
-    return supply().take_run(1, hint);
+    std::uint32_t const id = supply().take_near(hint);
+    return id != no_slab ? id
+                         : out_of_line<&slab_supply::take_run>(supply(), std::uint32_t{1}, hint);
   }
 
   /// Slab `id`, whose blocks are all free, goes back to the supply: marked in its arena's
@@ -93,6 +102,35 @@ class heap_slabs {
   heap_header* h_;
   heap_view::arena_view first_;
   bool checked_;
+};
+
+/// The slots of the size classes of the heap at `header`. `first`, `checked` and `fixed_widths`:
+/// arena 0's entry, the heap's checked flag and whether the caller knows its slot widths fixed
+/// (heap_core carries them).
+DEVMR_HOST_DEVICE inline class_slots<heap_slabs> heap_slots(heap_header* header,
+                                                            heap_view::arena_view const& first,
+                                                            bool checked,
+                                                            bool fixed_widths) {
+  return {heap_slabs{header, first, checked},
+          &header->slots[0].classes[0],
+          num_classes,
+          max_slots,
+          &header->slot_widths,
+          fixed_widths};
+}
+
+/// A heap's slots, out of line (out_of_line.hpp), are rebuilt from the heap's header: arena 0's
+/// entry and the flags are read from it again, so that the allocating kernel keeps no copy of its
+/// view in memory for the call.
+template <>
+struct view_handle<class_slots<heap_slabs>> {
+  DEVMR_HOST_DEVICE static heap_header* of(class_slots<heap_slabs> const& s) {
+    return s.slabs().header();
+  }
+  DEVMR_HOST_DEVICE static class_slots<heap_slabs> view(heap_header* h) {
+    return heap_slots(h, heap_view{h}.arena(0), read_only(h->checked) != 0,
+                      slot_width::fixed_for(h->slot_widths, max_slots));
+  }
 };
 
 }  // namespace devmr::detail::heap

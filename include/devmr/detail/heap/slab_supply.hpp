@@ -45,8 +45,9 @@ class slab_supply : public heap_view {
     if (id == no_slab) {
       id = take_empty(hint, true);
     }
-    for (unsigned s = 1; id == no_slab && s < slab_shards; s += shard_scan_width) {
-      id = pop_any_shard(hint + s);
+    constexpr unsigned groups = slab_shards / shard_scan_width;
+    for (unsigned g = 0; id == no_slab && g < groups; ++g) {
+      id = pop_any_shard((hint / shard_scan_width + g) % groups * shard_scan_width);
     }
     for (unsigned c = 1; id == no_slab && c < run_classes; ++c) {
       id = pop_run(c, 1, hint);
@@ -91,9 +92,8 @@ class slab_supply : public heap_view {
   /// meanwhile) looks again, a bounded number of times, so that memory in flight is not reported
   /// as missing. The first search takes no snapshot of the returns (an acquire load that would
   /// hold back every load after it, a round trip on every take): only once it has found nothing
-  /// do the careful searches begin. Out of line, for the registers of the allocating kernels.
-  DEVMR_HOST_DEVICE DEVMR_NOINLINE std::uint32_t take_run(std::uint32_t slabs,
-                                                          unsigned hint) const {
+  /// do the careful searches begin. A slow path: its callers call it out of line (out_of_line.hpp).
+  DEVMR_HOST_DEVICE std::uint32_t take_run(std::uint32_t slabs, unsigned hint) const {
     if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
       return id;
     }
@@ -549,16 +549,18 @@ class slab_supply : public heap_view {
     } while (!head.compare_exchange_weak(top, next, release, relaxed));
   }
 
-  /// Looks at `shard_scan_width` shards from `first` at once (independent loads) and pops from
-  /// the first that is not empty.
+  /// Looks at the `shard_scan_width` shards from `first` (a multiple of it) at once (independent
+  /// loads from one base address) and pops from the first that is not empty.
   DEVMR_HOST_DEVICE std::uint32_t pop_any_shard(unsigned first) const {
-    std::uint64_t tops[shard_scan_width];
+    padded_word* const group = &h_->free_slabs[first % slab_shards];
+    // Only the ids of the heads are kept (a register each): the pop loads its head again.
+    std::uint32_t tops[shard_scan_width];
     for (unsigned i = 0; i < shard_scan_width; ++i) {
-      tops[i] = atomic(shard_head(first + i)).load(relaxed);
+      tops[i] = static_cast<std::uint32_t>(atomic(group[i].value).load(relaxed));
     }
     for (unsigned i = 0; i < shard_scan_width; ++i) {
-      if (static_cast<std::uint32_t>(tops[i]) != no_slab) {
-        std::uint32_t const id = pop(shard_head(first + i));
+      if (tops[i] != no_slab) {
+        std::uint32_t const id = pop(group[i].value);
         if (id != no_slab) {
           return id;
         }

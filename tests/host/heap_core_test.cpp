@@ -199,6 +199,39 @@ TEST_CASE("slots per class: a quarter of the slabs shared by the classes, one to
   CHECK(heap.core().slots().width().budget() == 128);
 }
 
+TEST_CASE("the slow paths see the heap their caller sees, rebuilt from its header",
+          "[heap][core]") {
+  for (bool const checked : {false, true}) {
+    host_heap heap{{16, 8}, checked};
+    heap_core const core = heap.core();
+    heap_core::slots_type const slots = core.slots();
+    using slots_handle = view_handle<heap_core::slots_type>;
+    heap_header* const handle = slots_handle::of(slots);
+    CHECK(handle == &heap.header());
+    heap_core::slots_type const again = slots_handle::view(handle);
+    CHECK(again.slabs().header() == slots.slabs().header());
+    CHECK(again.whole_takes() == !checked);  // a checked heap hands every block out by its bit
+    CHECK(again.whole_takes() == slots.whole_takes());
+    CHECK(again.slot_count() == slots.slot_count());
+    CHECK(again.width().shape == slots.width().shape);
+    CHECK(again.width().fixed() == slots.width().fixed());
+    CHECK(&again.word(num_classes - 1, max_slots - 1) ==
+          &slots.word(num_classes - 1, max_slots - 1));
+    for (std::uint32_t const id : {make_slab_id(0, 0), make_slab_id(0, 15), make_slab_id(1, 7)}) {
+      CHECK(again.slabs().data(id) == slots.slabs().data(id));
+      CHECK(&again.slabs().avail(id) == &slots.slabs().avail(id));
+      CHECK(again.slabs().bits(id) == slots.slabs().bits(id));
+    }
+    heap_core const core_again = view_handle<heap_core>::view(view_handle<heap_core>::of(core));
+    CHECK(core_again.checked() == checked);
+    CHECK(core_again.first().base == core.first().base);
+    CHECK(core_again.first().meta == core.first().meta);
+    CHECK(core_again.first().slabs == core.first().slabs);
+    // A call out of line runs the member on the view it rebuilt: the supply's first slab.
+    CHECK(out_of_line<&slab_supply::take_run>(core.supply(), std::uint32_t{1}, 0u) != no_slab);
+  }
+}
+
 TEST_CASE("a fresh slab hands out consecutive aligned blocks; freed ones come out again",
           "[heap][core]") {
   host_heap heap{{16}, false};

@@ -38,8 +38,9 @@ class slab_supply : public heap_view {
     push(id, hint);
   }
 
-  /// One slab from anywhere but this hint's shard and the fresh slabs: marked slabs near this
-  /// hint's cursor, then anywhere, the other shards, a piece of a longer run; no_slab if none.
+  /// One slab from anywhere but the fresh slabs, for a caller that found this hint's shard
+  /// empty: marked slabs near this hint's cursor, then anywhere, the shards (in groups of
+  /// shard_scan_width, from the hint's own group on), a piece of a longer run; no_slab if none.
   DEVMR_HOST_DEVICE std::uint32_t take_far(unsigned hint) const {
     std::uint32_t id = take_empty(hint, false);
     if (id == no_slab) {

@@ -39,6 +39,15 @@
 #define DEVMR_NOINLINE __attribute__((noinline))
 #endif
 
+/// Puts a function inline in its caller, whatever its size: the heap's out-of-line slow paths
+/// (detail/heap/out_of_line.hpp) make sure that the body of each is in the function the ABI
+/// calls, not one more call away (each call restores what it saved after it returns).
+#if defined(__CUDACC__)
+#define DEVMR_FORCEINLINE __forceinline__
+#else
+#define DEVMR_FORCEINLINE inline __attribute__((always_inline))
+#endif
+
 /// Kernels defined in devmr's headers are hidden, so that two shared libraries that both include
 /// devmr do not clash on their symbols.
 #define DEVMR_KERNEL __attribute__((visibility("hidden"))) __global__

@@ -61,10 +61,14 @@ DEVMR_HOST_DEVICE inline std::uint32_t set_bit_index(std::uint32_t x, unsigned n
   return at;
 }
 
-/// The index of set bit number `k` modulo the set bits of `x` (not 0), counted from the lowest:
-/// with `k` spread, a pick among the set bits that favours none.
+/// The index of one set bit of `x` (not 0) that `k` picks, counted from the lowest: of its n set
+/// bits, number floor(m * n / 2^32), where m is `k` times an odd constant modulo 2^32 (which
+/// spreads small `k` over the whole range). With `k` spread, a pick that favours none. A multiply,
+/// not a remainder by n: the compiler makes a remainder of small values a call to a division
+/// routine, and the registers that a caller holds across any call count in its kernel.
 DEVMR_HOST_DEVICE inline std::uint32_t nth_set_bit(std::uint32_t x, std::uint32_t k) {
-  return set_bit_index(x, k % popcount32(x));
+  std::uint32_t const m = k * 0x9e37'79b9u;
+  return set_bit_index(x, static_cast<unsigned>((std::uint64_t{m} * popcount32(x)) >> 32));
 }
 
 /// The `n` lowest set bits of `x` (all of them when it has no more than `n`).

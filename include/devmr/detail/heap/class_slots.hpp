@@ -165,6 +165,10 @@ class class_slots {
   /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when
   /// the slot's slab runs out (the caller claims the rest with another call), none when the heap
   /// has no slab left for the class. `hint` spreads the traffic of the heap's stacks (the SM).
+  /// Inline in the allocation's fast path: what a claim that its addition did not serve does
+  /// beyond the wait for an install (claim_install, take_direct, install) runs out of line, and
+  /// what the claim got is worked out again from the slot value it saw (served) rather than held
+  /// across those calls.
   DEVMR_HOST_DEVICE block_claim claim(unsigned cls,
                                       unsigned slot,
                                       std::uint32_t want,
@@ -172,35 +176,14 @@ class class_slots {
     // acquire: pairs with the release that published the slot's slab (install), whose release
     // sequence the other claims' additions continue: the slab's format, or the frees that its
     // promise counts, happen before its blocks are used.
-    std::uint64_t const seen = atomic(word(cls, slot)).fetch_add(want, acquire);
-    block_claim const got = served(seen, want, cls);
-    if (got.count == want) {
-      return got;
-    }
-    return claim_rest(cls, slot, want, hint, seen, got);
-  }
-
-  /// The rest of a claim that its addition did not serve in full (`seen`: the value it
-  /// replaced; `got`: what it served). Inline: the slow paths it calls (the install, the take
-  /// of a listed slab) run out of line (out_of_line.hpp), and a call of its own would only add
-  /// a frame to each of them.
-  DEVMR_HOST_DEVICE block_claim claim_rest(unsigned cls,
-                                           unsigned slot,
-                                           std::uint32_t want,
-                                           unsigned hint,
-                                           std::uint64_t seen,
-                                           block_claim got) const {
     auto w = atomic(word(cls, slot));
+    std::uint64_t seen = w.fetch_add(want, acquire);
     for (;;) {
-      if (got.count != 0) {
-        // This claim used the slab up and wants more: it installs the next one now, for the
-        // claims behind it, and claims the rest there. One that got all it wanted installs
-        // nothing: the next claim, if one comes, does (slot_just_used_up).
-        out_of_line<&class_slots::install>(*this, cls, slot, 0u, hint);
-        return got;
+      if (served(seen, want, cls).count == want) {
+        return served(seen, want, cls);
       }
-      if (slot_is_vacant(seen) || slot_just_used_up(seen)) {
-        return out_of_line<&class_slots::install>(*this, cls, slot, want, hint);
+      if (installs(seen, want, cls)) {
+        return out_of_line<&class_slots::claim_install>(*this, cls, slot, want, hint, seen);
       }
       // Another claim installs the next slab. A slab on the class's list serves the claim
       // without waiting, if one has the blocks; else wait for the install, but not without
@@ -215,11 +198,31 @@ class class_slots {
         return out_of_line<&class_slots::install>(*this, cls, slot, want, hint);
       }
       seen = w.fetch_add(want, acquire);  // installed, or taken over by another waiter
-      got = served(seen, want, cls);
-      if (got.count == want) {
-        return got;
-      }
     }
+  }
+
+  /// A claim that its addition did not serve in full (`seen`: the value it replaced, from which
+  /// what it served follows) and that installs the next slab itself (installs()). A slow path:
+  /// called out of line, with the install inline, so that an install is one call away from the
+  /// allocation's fast path.
+  DEVMR_HOST_DEVICE DEVMR_FORCEINLINE block_claim claim_install(
+      unsigned cls, unsigned slot, std::uint32_t want, unsigned hint, std::uint64_t seen) const {
+    if (served(seen, want, cls).count != 0) {
+      // This claim used the slab up and wants more: it installs the next one for the claims
+      // behind it, and claims the rest with another call. (One that got all it wanted installs
+      // nothing: the next claim, if one comes, does, slot_just_used_up.) What it got is worked
+      // out again from `seen` rather than held across the call.
+      out_of_line<&class_slots::install>(*this, cls, slot, 0u, hint);
+      return served(seen, want, cls);
+    }
+    return install(cls, slot, want, hint);
+  }
+
+  /// True when a claim of `want` blocks of class `cls` that its addition did not serve in full
+  /// (`seen`: the slot value it replaced) installs the next slab itself: it used the slab up
+  /// and wants more, or it found the slot vacant or its slab used up just before it.
+  DEVMR_HOST_DEVICE bool installs(std::uint64_t seen, std::uint32_t want, unsigned cls) const {
+    return served(seen, want, cls).count != 0 || slot_is_vacant(seen) || slot_just_used_up(seen);
   }
 
   /// All `want` blocks of class `cls` from a slab on the class's list, taken straight from its
@@ -297,11 +300,13 @@ class class_slots {
   /// blocks (or as many as the slab promises) claimed for this thread. Out of slabs, a claim
   /// takes blocks from the current slab of another slot of its class (steal); the slot is left
   /// vacant for the claims that wait for it, which claim again, the first of them searching in
-  /// turn. A slow path: called out of line, as are the searches it makes of the supply.
-  DEVMR_HOST_DEVICE block_claim install(unsigned cls,
-                                        unsigned slot,
-                                        std::uint32_t want,
-                                        unsigned hint) const {
+  /// turn. A slow path: inline in claim_install, through which the allocation's fast path calls
+  /// it, and out of line (out_of_line.hpp) elsewhere; the searches it makes of the supply and of
+  /// the class's list run out of line.
+  DEVMR_HOST_DEVICE DEVMR_FORCEINLINE block_claim install(unsigned cls,
+                                                          unsigned slot,
+                                                          std::uint32_t want,
+                                                          unsigned hint) const {
     std::uint32_t promised = 0;
     bool fresh = false;
     std::uint32_t id = take_listed(cls, hint, promised);
@@ -479,41 +484,55 @@ class class_slots {
   /// list's summaries picks at random (slab_set::find), so that installs that search at once
   /// take different slabs instead of meeting on the first member of the list; then it searches
   /// in order, from a place of its SM, unless the look found no word marked: an empty list costs
-  /// an install one load (the top word's), not two.
+  /// an install one load (the top word's), not two. The look is inline; the take, out of line.
   DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
                                               unsigned hint,
                                               std::uint32_t& promised) const {
     std::uint32_t const parts = slabs_.list_parts();
-    std::uint32_t const seed = spread_seed(hint);
     DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
       std::uint32_t const part = (hint + n) % parts;
-      slab_set const set = slabs_.listed(cls, part);
-      std::uint32_t const member = set.find(seed);
+      std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
       if (member == no_member) {
         continue;
       }
-      if (member != stale_member && set.erase(member)) {
-        std::uint32_t const id = slabs_.slab_of(part, member);
-        promised = avail(id, cls).open_listed();
-        if (promised != 0) {
-          return id;
-        }
-      }
-      std::uint32_t start = hint;
-      for (;;) {
-        std::uint32_t const taken = set.take(start);
-        if (taken == no_member) {
-          break;
-        }
-        std::uint32_t const id = slabs_.slab_of(part, taken);
-        promised = avail(id, cls).open_listed();
-        if (promised != 0) {
-          return id;
-        }
-        start = taken / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
+      std::uint64_t const found =
+          out_of_line<&class_slots::take_listed_in>(*this, cls, part, member, hint);
+      if (static_cast<std::uint32_t>(found) != no_slab) {
+        promised = static_cast<std::uint32_t>(found >> 32);
+        return static_cast<std::uint32_t>(found);
       }
     }
     return no_slab;
+  }
+
+  /// take_listed's take from part `part` of the list, whose look found `member` (or
+  /// stale_member): the slab's id, and the blocks it promised in the high word; no_slab when
+  /// the part has none. A slow path: called out of line.
+  DEVMR_HOST_DEVICE std::uint64_t take_listed_in(unsigned cls,
+                                                 std::uint32_t part,
+                                                 std::uint32_t member,
+                                                 unsigned hint) const {
+    slab_set const set = slabs_.listed(cls, part);
+    if (member != stale_member && set.erase(member)) {
+      std::uint32_t const id = slabs_.slab_of(part, member);
+      std::uint32_t const promised = avail(id, cls).open_listed();
+      if (promised != 0) {
+        return id | (std::uint64_t{promised} << 32);
+      }
+    }
+    std::uint32_t start = hint;
+    for (;;) {
+      std::uint32_t const taken = set.take(start);
+      if (taken == no_member) {
+        return no_slab;
+      }
+      std::uint32_t const id = slabs_.slab_of(part, taken);
+      std::uint32_t const promised = avail(id, cls).open_listed();
+      if (promised != 0) {
+        return id | (std::uint64_t{promised} << 32);
+      }
+      start = taken / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
+    }
   }
 
   /// What a claim of `want` blocks got from slot value `seen`, the value its addition replaced.

@@ -38,17 +38,22 @@ class heap_slabs {
   DEVMR_HOST_DEVICE heap_slabs(heap_header* header,
                                heap_view::arena_view const& first,
                                bool checked)
-      : h_{header}, first_{first}, checked_{checked} {}
+      : h_{header}, first_{first}, checked_{checked}, lazy_{false} {}
+  /// The same where the caller holds no copy of arena 0's entry (the slow paths, out of line):
+  /// the arena table is read where a slab's metadata or memory is needed, so that no register
+  /// holds the entry across the calls the slow paths make.
+  DEVMR_HOST_DEVICE heap_slabs(heap_header* header, bool checked)
+      : h_{header}, first_{}, checked_{checked}, lazy_{true} {}
 
   DEVMR_HOST_DEVICE heap_header* header() const { return h_; }
   DEVMR_HOST_DEVICE slab_supply supply() const { return slab_supply{h_}; }
 
   DEVMR_HOST_DEVICE std::uint32_t blocks(unsigned cls) const { return class_capacity(cls); }
-  DEVMR_HOST_DEVICE std::uint32_t& avail(std::uint32_t id) const {
-    return supply().meta(id, first_).avail;
-  }
+  DEVMR_HOST_DEVICE std::uint32_t& avail(std::uint32_t id) const { return meta(id).avail; }
   DEVMR_HOST_DEVICE std::uint32_t* bits(std::uint32_t id) const { return supply().block_bits(id); }
-  DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const { return supply().data(id, first_); }
+  DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
+    return lazy_ ? supply().data(id) : supply().data(id, first_);
+  }
 
   DEVMR_HOST_DEVICE std::uint32_t list_parts() const { return read_only(h_->arena_count); }
   DEVMR_HOST_DEVICE slab_set listed(unsigned cls, std::uint32_t part) const {
@@ -66,7 +71,7 @@ class heap_slabs {
   /// Slab `id`, taken from the supply, now holds blocks of class `cls`: its tag says so, for
   /// frees that do not know their block's size, checked frees and statistics.
   DEVMR_HOST_DEVICE void format(std::uint32_t id, unsigned cls) const {
-    atomic(supply().meta(id, first_).state).store(make_state(cls, 0), relaxed);
+    atomic(meta(id).state).store(make_state(cls, 0), relaxed);
   }
 
   /// One slab from the supply, or no_slab when the heap has none. The look at the hint's own
@@ -84,7 +89,7 @@ class heap_slabs {
   /// (slab_avail::settle); the mark's release passes them on to the search that takes it.
   DEVMR_HOST_DEVICE void give_empty(std::uint32_t id, unsigned) const {
     slab_supply const s = supply();
-    atomic(s.meta(id, first_).remaining).store(0, relaxed);  // what the taker's settle reads
+    atomic(meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
     s.mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), release);
   }
 
@@ -92,6 +97,10 @@ class heap_slabs {
   DEVMR_HOST_DEVICE bool bump_fresh() const { return !checked_; }
 
  private:
+  DEVMR_HOST_DEVICE slab_meta& meta(std::uint32_t id) const {
+    return lazy_ ? supply().meta(id) : supply().meta(id, first_);
+  }
+
   /// List `index` of part `part`: see class_list_words.
   DEVMR_HOST_DEVICE slab_set list(unsigned index, std::uint32_t part) const {
     auto const slabs = static_cast<std::uint32_t>(read_only(h_->arenas[part].slabs));
@@ -102,6 +111,7 @@ class heap_slabs {
   heap_header* h_;
   heap_view::arena_view first_;
   bool checked_;
+  bool lazy_;
 };
 
 /// The slots of the size classes of the heap at `header`. `first`, `checked` and `fixed_widths`:
@@ -119,17 +129,23 @@ DEVMR_HOST_DEVICE inline class_slots<heap_slabs> heap_slots(heap_header* header,
           fixed_widths};
 }
 
-/// A heap's slots, out of line (out_of_line.hpp), are rebuilt from the heap's header: arena 0's
-/// entry and the flags are read from it again, so that the allocating kernel keeps no copy of its
-/// view in memory for the call.
+/// A heap's slots, out of line (out_of_line.hpp), are rebuilt from the heap's header: the flags
+/// are read from it again, so that the allocating kernel keeps no copy of its view in memory for
+/// the call, and the arena table is read where a slab's metadata or memory is needed (a view
+/// that held arena 0's entry would hold it across every call the slow path makes, in registers
+/// that count in the allocating kernel).
 template <>
 struct view_handle<class_slots<heap_slabs>> {
   DEVMR_HOST_DEVICE static heap_header* of(class_slots<heap_slabs> const& s) {
     return s.slabs().header();
   }
   DEVMR_HOST_DEVICE static class_slots<heap_slabs> view(heap_header* h) {
-    return heap_slots(h, heap_view{h}.arena(0), read_only(h->checked) != 0,
-                      slot_width::fixed_for(h->slot_widths, max_slots));
+    return {heap_slabs{h, read_only(h->checked) != 0},
+            &h->slots[0].classes[0],
+            num_classes,
+            max_slots,
+            &h->slot_widths,
+            slot_width::fixed_for(h->slot_widths, max_slots)};
   }
 };
 

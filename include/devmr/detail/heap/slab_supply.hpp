@@ -19,6 +19,7 @@
 #include <devmr/detail/heap/bits.hpp>
 #include <devmr/detail/heap/heap_view.hpp>
 #include <devmr/detail/heap/layout.hpp>
+#include <devmr/detail/heap/out_of_line.hpp>
 
 #include <cuda/std/bit>
 
@@ -95,12 +96,13 @@ class slab_supply : public heap_view {
   /// hold back every load after it, a round trip on every take): only once it has found nothing
   /// do the careful searches begin. A slow path: its callers call it out of line (out_of_line.hpp).
   DEVMR_HOST_DEVICE std::uint32_t take_run(std::uint32_t slabs, unsigned hint) const {
-    if (std::uint32_t const id = search_run(slabs, hint); id != no_slab) {
+    if (std::uint32_t const id = out_of_line<&slab_supply::search_run>(*this, slabs, hint);
+        id != no_slab) {
       return id;
     }
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
-      std::uint32_t const id = search_run(slabs, hint);
+      std::uint32_t const id = out_of_line<&slab_supply::search_run>(*this, slabs, hint);
       if (id != no_slab || attempt == 128) {
         return id;
       }
@@ -117,7 +119,7 @@ class slab_supply : public heap_view {
   DEVMR_HOST_DEVICE std::uint32_t search_run(std::uint32_t slabs, unsigned hint) const {
     if (slabs == 1) {
       std::uint32_t const id = take_near(hint);
-      return id != no_slab ? id : take_far(hint);
+      return id != no_slab ? id : out_of_line<&slab_supply::take_far>(*this, hint);
     }
     unsigned const fits = ceil_log2(slabs);  // every run on this stack is long enough
     std::uint32_t id = pop_run(fits, slabs, hint);

@@ -74,7 +74,7 @@ class heap_core : public slab_supply {
   /// all max_slots of them (those past the ones in use are vacant, or hold slabs that they give
   /// up when the heap runs out), so that no register holds the count in the allocating kernels.
   DEVMR_HOST_DEVICE slots_type slots() const {
-    return heap_slots(h_, first_, checked_, fixed_widths_);
+    return heap_slots(heap_slabs{h_, first_, checked_}, fixed_widths_);
   }
 
   // ---- small blocks -------------------------------------------------------------------------

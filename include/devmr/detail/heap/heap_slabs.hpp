@@ -114,19 +114,12 @@ class heap_slabs {
   bool lazy_;
 };
 
-/// The slots of the size classes of the heap at `header`. `first`, `checked` and `fixed_widths`:
-/// arena 0's entry, the heap's checked flag and whether the caller knows its slot widths fixed
-/// (heap_core carries them).
-DEVMR_HOST_DEVICE inline class_slots<heap_slabs> heap_slots(heap_header* header,
-                                                            heap_view::arena_view const& first,
-                                                            bool checked,
+/// The slots of the size classes of the heap whose slabs `slabs` are (a view of its header, with
+/// or without arena 0's entry). `fixed_widths`: whether the caller knows its slot widths fixed.
+DEVMR_HOST_DEVICE inline class_slots<heap_slabs> heap_slots(heap_slabs const& slabs,
                                                             bool fixed_widths) {
-  return {heap_slabs{header, first, checked},
-          &header->slots[0].classes[0],
-          num_classes,
-          max_slots,
-          &header->slot_widths,
-          fixed_widths};
+  heap_header* const h = slabs.header();
+  return {slabs, &h->slots[0].classes[0], num_classes, max_slots, &h->slot_widths, fixed_widths};
 }
 
 /// A heap's slots, out of line (out_of_line.hpp), are rebuilt from the heap's header: the flags
@@ -140,12 +133,8 @@ struct view_handle<class_slots<heap_slabs>> {
     return s.slabs().header();
   }
   DEVMR_HOST_DEVICE static class_slots<heap_slabs> view(heap_header* h) {
-    return {heap_slabs{h, read_only(h->checked) != 0},
-            &h->slots[0].classes[0],
-            num_classes,
-            max_slots,
-            &h->slot_widths,
-            slot_width::fixed_for(h->slot_widths, max_slots)};
+    return heap_slots(heap_slabs{h, read_only(h->checked) != 0},
+                      slot_width::fixed_for(h->slot_widths, max_slots));
   }
 };
 

@@ -47,8 +47,9 @@ struct device_slabs {
   std::uint32_t* bit_words;
   std::uint32_t* listed_words;
   std::uint32_t set_members;
-  std::uint64_t* empty_heads;  // empty_shards stacks of empty slabs, by id
-  unsigned long long* stats;   // installs from empty slabs, slabs emptied
+  std::uint64_t*
+      empty_heads;            // empty_shards stacks of empty slabs, by id; then the in-flight count
+  unsigned long long* stats;  // installs from empty slabs, slabs emptied
 
   DEVMR_HOST_DEVICE std::uint32_t blocks(unsigned c) const { return class_capacity(c); }
   DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
@@ -73,6 +74,7 @@ struct device_slabs {
     atomic(classes[id]).store(c, relaxed);
   }
   DEVMR_HOST_DEVICE bool bump_fresh() const { return true; }
+  DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return empty_heads[empty_shards]; }
   DEVMR_HOST_DEVICE slab_stack<stack_link> empty(unsigned shard) const {
     return {empty_heads[shard % empty_shards], stack_link{next_words}};
   }
@@ -240,12 +242,12 @@ struct device_engine {
     std::size_t const set_bytes = std::size_t{2 * engine_classes} * slab_set_words(slabs) * 4;
     CUDA_CHECK(cudaMalloc(&listed, set_bytes));
     CUDA_CHECK(cudaMemset(listed, 0, set_bytes));
-    CUDA_CHECK(cudaMalloc(&empty_heads, empty_shards * sizeof(std::uint64_t)));
-    std::vector<std::uint64_t> heads(empty_shards);
+    CUDA_CHECK(cudaMalloc(&empty_heads, (empty_shards + 1) * sizeof(std::uint64_t)));
+    std::vector<std::uint64_t> heads(empty_shards + 1, 0);  // the in-flight count last, zero
     for (unsigned i = 0; i < empty_shards; ++i) {
       heads[i] = i < slabs ? i : empty_slab_stack;  // slab i on top of shard i, tag 0
     }
-    CUDA_CHECK(cudaMemcpy(empty_heads, heads.data(), empty_shards * sizeof(std::uint64_t),
+    CUDA_CHECK(cudaMemcpy(empty_heads, heads.data(), heads.size() * sizeof(std::uint64_t),
                           cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMallocManaged(&stats, 2 * sizeof(unsigned long long)));
     stats[0] = stats[1] = 0;

@@ -486,6 +486,7 @@ struct test_slab_memory {
   std::vector<std::uint32_t> listed;              // sets of slabs: per class (and part of the heap)
   std::uint64_t empty_head = empty_slab_stack;
   std::atomic<std::uint64_t> empties{0};
+  std::uint64_t in_flight = 0;  // slabs that installs hold
 };
 
 /// The Slabs policy of class_slots over test_slab_memory, with its own stack of empty slabs.
@@ -512,6 +513,7 @@ struct test_slabs {
   std::uint32_t slab_of(std::uint32_t, std::uint32_t member) const { return member; }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
   bool bump_fresh() const { return true; }
+  std::uint64_t& in_flight() const { return m->in_flight; }
   std::uint32_t take_empty(unsigned) const { return m->empty().pop(); }
   void give_empty(std::uint32_t id, unsigned) const {
     atomic(m->cls[id]).store(0xffu, relaxed);
@@ -554,6 +556,7 @@ struct supply_slabs {
   }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[dense(id)]).store(c, relaxed); }
   bool bump_fresh() const { return true; }
+  std::uint64_t& in_flight() const { return m->in_flight; }
   std::uint32_t take_empty(unsigned hint) const {
     return devmr_test::take_one(supply(), *header, hint);
   }
@@ -841,6 +844,65 @@ TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[re
   CHECK(heap.allocate(2, 0, 256, 2, other) == 256);
   CHECK(heap.double_handouts == 0);
   CHECK(heap.bad_blocks == 0);
+}
+
+TEST_CASE("an install out of slabs closes the slab its own slot used up, freed in since",
+          "[reuse][slots]") {
+  // A class whose every slab is in its slots has nothing on its lists: the blocks freed into the
+  // slab that its slot used up count only once the slab is closed, which the install does.
+  test_heap heap{2, 1};
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);  // slab 0 closed full, slab 1 in the slot
+  for (std::uint32_t key : got) {
+    if (key >= 1024 && key % 2 == 0) {
+      heap.free(3, key, 1, 0);  // 64 blocks of the open slab 1: its count, not its list
+    }
+  }
+  std::vector<std::uint32_t> again;
+  CHECK(heap.allocate(3, 0, 10, 2, again) == 10);
+  CHECK(std::all_of(again.begin(), again.end(), [](std::uint32_t key) { return key >= 1024; }));
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+}
+
+/// test_slabs whose one slab is held by an install of another thread (counted in flight) until
+/// the search has asked the supply for a slab `lands_at` times: then it lands on the supply.
+struct in_flight_slabs : test_slabs {
+  std::uint32_t* held;
+  unsigned* asked;
+  unsigned lands_at;
+
+  std::uint32_t take_empty(unsigned hint) const {
+    if (++*asked == lands_at && *held != no_slab) {
+      m->empty().push(*held);
+      *held = no_slab;
+      atomic(m->in_flight).fetch_sub(1, release);
+    }
+    return test_slabs::take_empty(hint);
+  }
+};
+
+TEST_CASE("a search that finds nothing while a slab is in flight looks again, else once",
+          "[reuse][slots]") {
+  for (bool in_flight : {true, false}) {
+    INFO((in_flight ? "a slab in flight" : "nothing in flight"));
+    std::uint32_t held = no_slab;
+    unsigned asked = 0;
+    // The look at the supply of the failed search's second attempt lands the slab: one that
+    // did not look again would fail.
+    engine_heap<in_flight_slabs> heap{1, 1, &held, &asked, 3u};
+    held = heap.memory.empty().pop();
+    REQUIRE(held == 0u);
+    if (in_flight) {
+      atomic(heap.memory.in_flight).fetch_add(1, relaxed);
+    }
+    std::vector<std::uint32_t> got;
+    CHECK(heap.allocate(3, 0, 5, 1, got) == (in_flight ? 5u : 0u));
+    // With nothing in flight, the install asks the supply once before and once after the slots
+    // give their slabs up, and gives up: an exhausted heap costs one search.
+    CHECK(asked == (in_flight ? 3u : 2u));
+    CHECK(heap.memory.in_flight == 0);
+  }
 }
 
 /// Threads allocating and freeing blocks of every class with mixed lifetimes: each thread keeps

@@ -119,6 +119,7 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
  *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
+ *  - `in_flight()`: the count of slabs that installs hold (std::uint64_t&, see final_search);
  *  - `bump_fresh()`: whether the heap leaves its frees unjudged by their bits (an unchecked
  *    heap): then a fresh slab hands its blocks out in order (else from its bitmap, all set, as a
  *    reused slab does), and claims take a reused slab's bitmap words whole (whole_takes).
@@ -311,6 +312,7 @@ class class_slots {
     bool fresh = false;
     std::uint32_t id = take_listed(cls, hint, promised);
     if (id != no_slab) {
+      hold_in_flight();
       // The class reuses slabs, and its slots use them up: it widens where the classes in use
       // leave room (slot_width), so that fewer SMs meet on each slot and fewer claims wait for
       // each install.
@@ -333,12 +335,12 @@ class class_slots {
         id = slabs_.take_empty(hint);
       }
       if (id == no_slab) {
-        std::uint64_t const found = out_of_line<&class_slots::reclaim>(*this, cls, slot, hint);
+        std::uint64_t const found = out_of_line<&class_slots::final_search>(*this, cls, slot, hint);
         id = static_cast<std::uint32_t>(found);
         promised = static_cast<std::uint32_t>(found >> 32);
-        if (id == no_slab) {
-          id = slabs_.take_empty(hint);
-        }
+      }
+      if (id != no_slab) {
+        hold_in_flight();
       }
       if (id != no_slab && promised == 0) {
         slabs_.format(id, cls);
@@ -358,7 +360,7 @@ class class_slots {
     if (id == no_slab) {
       block_claim got = no_claim;
       if (want != 0) {
-        got = steal(cls, slot, want, hint);
+        got = steal(cls, want, hint);
       }
       give_up(cls, slot, hint);
       return got;
@@ -369,8 +371,21 @@ class class_slots {
     // another installer published one meanwhile, before its close.
     std::uint64_t const old =
         atomic(word(cls, slot)).exchange(make_class_slot(id, promised, fresh, mine), acq_rel);
+    let_go_in_flight();
     close(old, cls, hint);
     return {id, 0, mine, fresh};
+  }
+
+  /// Counts a slab that an install took, off a list or from the supply, as in flight until it
+  /// is in its slot (final_search).
+  DEVMR_HOST_DEVICE void hold_in_flight() const {
+    atomic(slabs_.in_flight()).fetch_add(1, relaxed);
+  }
+  /// Ends what hold_in_flight began. relaxed: a release would wait for the slot's exchange (a
+  /// fence, a round trip on every install); the count only tells a search that found nothing
+  /// whether to look again.
+  DEVMR_HOST_DEVICE void let_go_in_flight() const {
+    atomic(slabs_.in_flight()).fetch_sub(1, relaxed);
   }
 
   /// A slot of class `cls` past the base width found nothing to reuse (see install): the class
@@ -431,20 +446,51 @@ class class_slots {
     return released;
   }
 
+  /// The last search of an install out of slabs, after the slots of the other classes gave
+  /// theirs up (release_slots): reclaim, then the supply. A slab that another install holds
+  /// (taken, and not yet in its slot) is on no list and in no slot for a moment, and may be the
+  /// only one with free blocks: while some are in flight, the search is made again (the slots
+  /// giving their slabs up first), a bounded number of times; with none in flight, it gives up
+  /// at once. Returns what reclaim returns, or a slab from the supply with none promised (which
+  /// the caller formats), or no_slab. A slow path: called out of line, and calling out of line,
+  /// so that it holds few registers.
+  DEVMR_HOST_DEVICE std::uint64_t final_search(unsigned cls, unsigned slot, unsigned hint) const {
+    for (unsigned attempt = 0;; ++attempt) {
+      std::uint64_t const found = out_of_line<&class_slots::reclaim>(*this, cls, slot, hint);
+      if (static_cast<std::uint32_t>(found) != no_slab) {
+        return found;
+      }
+      if (std::uint32_t const id = slabs_.take_empty(hint); id != no_slab) {
+        return id;
+      }
+      if (attempt == final_search_retries || atomic(slabs_.in_flight()).load(relaxed) == 0) {
+        return no_slab;
+      }
+      pause_briefly();
+      out_of_line<&class_slots::release_slots>(*this, cls, hint);
+    }
+  }
+
+  /// Searches that final_search makes again at most.
+  static constexpr unsigned final_search_retries = 16;
+
   /// Out of slabs even after the slots of the other classes gave theirs up (release_slots): the
   /// other slots of class `cls` give up theirs too, so that the blocks that they hold back (the
   /// quarter of a reused slab's free blocks that its slot does not promise, and the blocks
   /// promised and not claimed) go back to their slabs' counts, which list the slabs for reuse
-  /// or empty them; then a slab off the class's list, or else one off its list of slabs closed
-  /// below the listing threshold, is opened for the caller's slot. Returns its id, and the
-  /// blocks promised in the high half; no_slab when both lists are empty. A slow path: called
-  /// out of line.
+  /// or empty them, and so does the caller's slot `slot` if it still holds the slab that the
+  /// claims used up (the blocks freed since it was opened count as soon as it closes: a class
+  /// whose slabs are all in its slots has no other); then a slab off the class's list, or else
+  /// one off its list of slabs closed below the listing threshold, is opened for the caller's
+  /// slot. Returns its id, and the blocks promised in the high half; no_slab when both lists are
+  /// empty. A slow path: called out of line.
   DEVMR_HOST_DEVICE std::uint64_t reclaim(unsigned cls, unsigned slot, unsigned hint) const {
     DEVMR_ROLLED for (unsigned s = 0; s < slot_count_; ++s) {
       if (s != slot) {
         release_slot(cls, s, hint);
       }
     }
+    close_used_up(cls, slot, hint);
     // One walk for both lists, word by word: taking the listed slabs with take_listed instead
     // (its random look and its take, inline here) makes this the largest slow path, 70
     // registers against 44, and the allocating kernels' count follows it.
@@ -606,6 +652,23 @@ class class_slots {
     return false;
   }
 
+  /// The installer of slot `slot` of class `cls` closes the slab there if the claims used it
+  /// up, under the next installing id with one claim counted (as take_over leaves it), so that
+  /// the claims that wait there go on waiting for this install. A slab with room that another
+  /// installer published meanwhile stays.
+  DEVMR_HOST_DEVICE void close_used_up(unsigned cls, unsigned slot, unsigned hint) const {
+    auto w = atomic(word(cls, slot));
+    std::uint64_t seen = w.load(relaxed);
+    while (is_slab(slot_id(seen)) && slot_claimed(seen) >= slot_promised(seen)) {
+      // acquire: the format of the slab it displaces happens before its close.
+      if (w.compare_exchange_weak(seen, make_class_slot(next_installer(slot_id(seen)), 0, false, 1),
+                                  acquire, relaxed)) {
+        close(seen, cls, hint);
+        return;
+      }
+    }
+  }
+
   /// Slot `s` of class `c` gives up the slab it holds, if any, and closes it: true when it did.
   DEVMR_HOST_DEVICE bool release_slot(unsigned c, unsigned s, unsigned hint) const {
     auto w = atomic(word(c, s));
@@ -619,15 +682,14 @@ class class_slots {
     return false;
   }
 
-  /// Out of slabs: claim from the current slab of another slot of the class, if one has blocks
-  /// promised and not claimed. A claim that uses such a slab up leaves its slot vacant.
-  DEVMR_HOST_DEVICE block_claim steal(unsigned cls,
-                                      unsigned own,
-                                      std::uint32_t want,
-                                      unsigned hint) const {
+  /// Out of slabs: claim from the current slab of any slot of the class, if one has blocks
+  /// promised and not claimed (the caller's own too: an installer that took its install over
+  /// may have published a slab there meanwhile). A claim that uses such a slab up leaves its
+  /// slot vacant.
+  DEVMR_HOST_DEVICE block_claim steal(unsigned cls, std::uint32_t want, unsigned hint) const {
     for (unsigned s = 0; s < slot_count_; ++s) {
       auto w = atomic(word(cls, s));
-      std::uint64_t const look = s == own ? vacant_class_slot : w.load(relaxed);
+      std::uint64_t const look = w.load(relaxed);
       if (!is_slab(slot_id(look)) || slot_claimed(look) >= slot_promised(look)) {
         continue;
       }

@@ -93,6 +93,9 @@ class heap_slabs {
     s.mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), release);
   }
 
+  /// Slabs that installs took and have not yet put in their slots (class_slots::reclaim).
+  DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return h_->slabs_in_flight.value; }
+
   /// Fresh slabs hand their blocks out in order, but on checked heaps (see class_slots::install).
   DEVMR_HOST_DEVICE bool bump_fresh() const { return !checked_; }
 

@@ -209,11 +209,13 @@ struct heap_header {
   std::uint32_t checked;                 ///< nonzero: validate every free
   std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)
   padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM
-  padded_word runs_in_flight;  ///< runs popped to be split (or bitmap words taken) whose other
-                               ///< slabs are not on a stack yet
-  padded_word runs_returned;   ///< such slabs pushed so far (a failed search retries if this
-                               ///< moved while it looked)
-  slot_shape slot_widths;      ///< the slots that each class uses
+  padded_word runs_in_flight;   ///< runs popped to be split (or bitmap words taken) whose other
+                                ///< slabs are not on a stack yet
+  padded_word runs_returned;    ///< such slabs pushed so far (a failed search retries if this
+                                ///< moved while it looked)
+  padded_word slabs_in_flight;  ///< slabs that installs took and have not yet put in their
+                                ///< slots (a failed search retries while there are some)
+  slot_shape slot_widths;       ///< the slots that each class uses
   heap_counters counters;
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.

@@ -75,6 +75,7 @@ struct device_slabs {
   }
   DEVMR_HOST_DEVICE bool bump_fresh() const { return true; }
   DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return empty_heads[empty_shards]; }
+  DEVMR_HOST_DEVICE std::uint64_t& moves() const { return empty_heads[empty_shards + 1]; }
   DEVMR_HOST_DEVICE slab_stack<stack_link> empty(unsigned shard) const {
     return {empty_heads[shard % empty_shards], stack_link{next_words}};
   }
@@ -242,8 +243,8 @@ struct device_engine {
     std::size_t const set_bytes = std::size_t{2 * engine_classes} * slab_set_words(slabs) * 4;
     CUDA_CHECK(cudaMalloc(&listed, set_bytes));
     CUDA_CHECK(cudaMemset(listed, 0, set_bytes));
-    CUDA_CHECK(cudaMalloc(&empty_heads, (empty_shards + 1) * sizeof(std::uint64_t)));
-    std::vector<std::uint64_t> heads(empty_shards + 1, 0);  // the in-flight count last, zero
+    CUDA_CHECK(cudaMalloc(&empty_heads, (empty_shards + 2) * sizeof(std::uint64_t)));
+    std::vector<std::uint64_t> heads(empty_shards + 2, 0);  // the two counts last, zero
     for (unsigned i = 0; i < empty_shards; ++i) {
       heads[i] = i < slabs ? i : empty_slab_stack;  // slab i on top of shard i, tag 0
     }

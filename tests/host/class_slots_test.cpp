@@ -487,6 +487,7 @@ struct test_slab_memory {
   std::uint64_t empty_head = empty_slab_stack;
   std::atomic<std::uint64_t> empties{0};
   std::uint64_t in_flight = 0;  // slabs that installs hold
+  std::uint64_t moves = 0;      // slabs put on a list or back among the empty ones
 };
 
 /// The Slabs policy of class_slots over test_slab_memory, with its own stack of empty slabs.
@@ -514,6 +515,7 @@ struct test_slabs {
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
   bool bump_fresh() const { return true; }
   std::uint64_t& in_flight() const { return m->in_flight; }
+  std::uint64_t& moves() const { return m->moves; }
   std::uint32_t take_empty(unsigned) const { return m->empty().pop(); }
   void give_empty(std::uint32_t id, unsigned) const {
     atomic(m->cls[id]).store(0xffu, relaxed);
@@ -557,6 +559,7 @@ struct supply_slabs {
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[dense(id)]).store(c, relaxed); }
   bool bump_fresh() const { return true; }
   std::uint64_t& in_flight() const { return m->in_flight; }
+  std::uint64_t& moves() const { return m->moves; }
   std::uint32_t take_empty(unsigned hint) const {
     return devmr_test::take_one(supply(), *header, hint);
   }
@@ -865,42 +868,52 @@ TEST_CASE("an install out of slabs closes the slab its own slot used up, freed i
   CHECK(heap.bad_blocks == 0);
 }
 
-/// test_slabs whose one slab is held by an install of another thread (counted in flight) until
-/// the search has asked the supply for a slab `lands_at` times: then it lands on the supply.
+/// What a failed search sees happen elsewhere while it looks (in_flight_slabs).
+enum class elsewhere { nothing, in_flight, moved };
+
+/// test_slabs whose one slab another thread holds while the search asks the supply for a slab
+/// for the first two times, and puts among the empty slabs before its third: an install holding
+/// it all along (`in_flight`: counted), or one that a slot gave up and that a close puts back
+/// meanwhile (`moved`: counted as a move at the second).
 struct in_flight_slabs : test_slabs {
   std::uint32_t* held;
   unsigned* asked;
-  unsigned lands_at;
+  elsewhere what;
 
   std::uint32_t take_empty(unsigned hint) const {
-    if (++*asked == lands_at && *held != no_slab) {
+    ++*asked;
+    if (*asked == 2 && what == elsewhere::moved) {
+      atomic(m->moves).fetch_add(1, relaxed);
+    }
+    if (*asked == 3 && *held != no_slab) {
       m->empty().push(*held);
       *held = no_slab;
-      atomic(m->in_flight).fetch_sub(1, release);
+      if (what == elsewhere::in_flight) {
+        atomic(m->in_flight).fetch_sub(1, relaxed);
+      }
     }
     return test_slabs::take_empty(hint);
   }
 };
 
-TEST_CASE("a search that finds nothing while a slab is in flight looks again, else once",
+TEST_CASE("a search that finds nothing looks again while slabs are in flight or moved, else once",
           "[reuse][slots]") {
-  for (bool in_flight : {true, false}) {
-    INFO((in_flight ? "a slab in flight" : "nothing in flight"));
+  for (elsewhere what : {elsewhere::in_flight, elsewhere::moved, elsewhere::nothing}) {
+    INFO("elsewhere: " << static_cast<int>(what));
     std::uint32_t held = no_slab;
     unsigned asked = 0;
-    // The look at the supply of the failed search's second attempt lands the slab: one that
-    // did not look again would fail.
-    engine_heap<in_flight_slabs> heap{1, 1, &held, &asked, 3u};
+    engine_heap<in_flight_slabs> heap{1, 1, &held, &asked, what};
     held = heap.memory.empty().pop();
     REQUIRE(held == 0u);
-    if (in_flight) {
+    if (what == elsewhere::in_flight) {
       atomic(heap.memory.in_flight).fetch_add(1, relaxed);
     }
+    // The install asks the supply once, and the last search once more after the class's
+    // reclaim found nothing: then it looks again only if something was in flight or moved.
+    bool const again = what != elsewhere::nothing;
     std::vector<std::uint32_t> got;
-    CHECK(heap.allocate(3, 0, 5, 1, got) == (in_flight ? 5u : 0u));
-    // With nothing in flight, the install asks the supply once before and once after the slots
-    // give their slabs up, and gives up: an exhausted heap costs one search.
-    CHECK(asked == (in_flight ? 3u : 2u));
+    CHECK(heap.allocate(3, 0, 5, 1, got) == (again ? 5u : 0u));
+    CHECK(asked == (again ? 3u : 2u));
     CHECK(heap.memory.in_flight == 0);
   }
 }

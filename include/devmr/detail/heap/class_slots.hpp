@@ -119,7 +119,8 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
  *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
- *  - `in_flight()`: the count of slabs that installs hold (std::uint64_t&, see final_search);
+ *  - `in_flight()`: the count of slabs that installs hold, and `moves()`: the count of slabs
+ *    that closes put on a list or back in the supply (std::uint64_t&, see final_search);
  *  - `bump_fresh()`: whether the heap leaves its frees unjudged by their bits (an unchecked
  *    heap): then a fresh slab hands its blocks out in order (else from its bitmap, all set, as a
  *    reused slab does), and claims take a reused slab's bitmap words whole (whole_takes).
@@ -422,6 +423,10 @@ class class_slots {
     } else {
       act(event, id, cls, hint);
     }
+    if (event != avail_event::none) {
+      // A slab swapped out of its slot was on no list and in no slot until here.
+      atomic(slabs_.moves()).fetch_add(1, relaxed);
+    }
   }
 
   /// Empties slot `slot` of class `cls` (for reset-like uses and tests): closes its slab.
@@ -448,13 +453,15 @@ class class_slots {
 
   /// The last search of an install out of slabs, after the slots of the other classes gave
   /// theirs up (release_slots): reclaim, then the supply. A slab that another install holds
-  /// (taken, and not yet in its slot) is on no list and in no slot for a moment, and may be the
-  /// only one with free blocks: while some are in flight, the search is made again (the slots
-  /// giving their slabs up first), a bounded number of times; with none in flight, it gives up
-  /// at once. Returns what reclaim returns, or a slab from the supply with none promised (which
-  /// the caller formats), or no_slab. A slow path: called out of line, and calling out of line,
-  /// so that it holds few registers.
+  /// (taken, and not yet in its slot), or that another thread swapped out of its slot and has
+  /// not yet closed, is on no list and in no slot for a moment, and may be the only one with
+  /// free blocks: while installs hold slabs, or when a close put one back during the search, it
+  /// is made again (the slots giving their slabs up first), a bounded number of times; else it
+  /// gives up at once. Returns what reclaim returns, or a slab from the supply with none
+  /// promised (which the caller formats), or no_slab. A slow path: called out of line, and
+  /// calling out of line, so that it holds few registers.
   DEVMR_HOST_DEVICE std::uint64_t final_search(unsigned cls, unsigned slot, unsigned hint) const {
+    std::uint64_t moves = atomic(slabs_.moves()).load(relaxed);
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const found = out_of_line<&class_slots::reclaim>(*this, cls, slot, hint);
       if (static_cast<std::uint32_t>(found) != no_slab) {
@@ -463,9 +470,12 @@ class class_slots {
       if (std::uint32_t const id = slabs_.take_empty(hint); id != no_slab) {
         return id;
       }
-      if (attempt == final_search_retries || atomic(slabs_.in_flight()).load(relaxed) == 0) {
+      std::uint64_t const moved = atomic(slabs_.moves()).load(relaxed);
+      if (attempt == final_search_retries ||
+          (moved == moves && atomic(slabs_.in_flight()).load(relaxed) == 0)) {
         return no_slab;
       }
+      moves = moved;
       pause_briefly();
       out_of_line<&class_slots::release_slots>(*this, cls, hint);
     }

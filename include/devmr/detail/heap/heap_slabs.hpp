@@ -95,6 +95,8 @@ class heap_slabs {
 
   /// Slabs that installs took and have not yet put in their slots (class_slots::reclaim).
   DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return h_->slabs_in_flight.value; }
+  /// Slabs that closes put on a list or back in the supply so far (class_slots::final_search).
+  DEVMR_HOST_DEVICE std::uint64_t& moves() const { return h_->slab_moves.value; }
 
   /// Fresh slabs hand their blocks out in order, but on checked heaps (see class_slots::install).
   DEVMR_HOST_DEVICE bool bump_fresh() const { return !checked_; }

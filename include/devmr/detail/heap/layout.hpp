@@ -215,6 +215,8 @@ struct heap_header {
                                 ///< moved while it looked)
   padded_word slabs_in_flight;  ///< slabs that installs took and have not yet put in their
                                 ///< slots (a failed search retries while there are some)
+  padded_word slab_moves;       ///< slabs that closes put on a list or back in the supply so
+                                ///< far (a failed search retries if this moved while it looked)
   slot_shape slot_widths;       ///< the slots that each class uses
   heap_counters counters;
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a

@@ -93,7 +93,7 @@ class heap_slabs {
     s.mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), release);
   }
 
-  /// Slabs that installs took and have not yet put in their slots (class_slots::reclaim).
+  /// Slabs that installs took and have not yet put in their slots (class_slots::final_search).
   DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return h_->slabs_in_flight.value; }
   /// Slabs that closes put on a list or back in the supply so far (class_slots::final_search).
   DEVMR_HOST_DEVICE std::uint64_t& moves() const { return h_->slab_moves.value; }

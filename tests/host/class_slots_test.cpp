@@ -868,6 +868,22 @@ TEST_CASE("an install out of slabs closes the slab its own slot used up, freed i
   CHECK(heap.bad_blocks == 0);
 }
 
+TEST_CASE("an install out of slabs claims from a slab another installer put in its own slot",
+          "[reuse][slots]") {
+  // A thread that took an install over may publish a slab in the slot while the first installer
+  // still searches: with no slab left anywhere else, that slab serves the first one's claim.
+  test_heap heap{1, 1};
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 10, 1, got) == 10);  // the one slab, in slot 0, 118 blocks left
+  block_claim const more = heap.slots.install(3, 0, 5, 0);
+  REQUIRE(more.count == 5);
+  CHECK(more.id == 0u);
+  std::vector<std::uint32_t> blocks;
+  heap.slots.take(more, 3, [&](std::uint32_t b) { blocks.push_back(b); });
+  CHECK(std::all_of(blocks.begin(), blocks.end(), [](std::uint32_t b) { return b >= 10; }));
+  CHECK(slot_claimed(heap.words[3]) == 15);  // slot 0's word of class 3, still the slab's
+}
+
 /// What a failed search sees happen elsewhere while it looks (in_flight_slabs).
 enum class elsewhere { nothing, in_flight, moved };
 

@@ -47,9 +47,8 @@ struct device_slabs {
   std::uint32_t* bit_words;
   std::uint32_t* listed_words;
   std::uint32_t set_members;
-  std::uint64_t*
-      empty_heads;            // empty_shards stacks of empty slabs, by id; then the in-flight count
-  unsigned long long* stats;  // installs from empty slabs, slabs emptied
+  std::uint64_t* empty_heads;  // empty_shards stacks of empty slabs, by id; then two counts
+  unsigned long long* stats;   // installs from empty slabs, slabs emptied
 
   DEVMR_HOST_DEVICE std::uint32_t blocks(unsigned c) const { return class_capacity(c); }
   DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
@@ -74,6 +73,7 @@ struct device_slabs {
     atomic(classes[id]).store(c, relaxed);
   }
   DEVMR_HOST_DEVICE bool bump_fresh() const { return true; }
+  // The counts of slabs in flight and of slabs moved (class_slots::final_search).
   DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return empty_heads[empty_shards]; }
   DEVMR_HOST_DEVICE std::uint64_t& moves() const { return empty_heads[empty_shards + 1]; }
   DEVMR_HOST_DEVICE slab_stack<stack_link> empty(unsigned shard) const {

@@ -244,50 +244,29 @@ TEST_CASE("a slab closed below the threshold opens for a class short of slabs, e
   CHECK(avail.free(56) == avail_event::full_listed);
 }
 
-TEST_CASE("a claim takes blocks straight from a slab closed below the threshold, keeping none",
-          "[reuse][avail]") {
-  std::uint32_t word = 0;
-  slab_avail const avail{word, 64, 2};  // threshold 8
-  avail.open_fresh();
-  CHECK_FALSE(avail.claim_direct(1, false));  // a slot holds it
-  CHECK(avail.close(5) == avail_event::below);
-  CHECK_FALSE(avail.claim_direct(1, true));   // not listed
-  CHECK_FALSE(avail.claim_direct(6, false));  // short
-  CHECK(avail.claim_direct(5, false));        // every free block: it keeps none
-  CHECK(avail.closed_full());
-  CHECK_FALSE(avail.claim_direct(1, false));
-  CHECK(avail.free(7) == avail_event::none);  // 7: still below
-  slab_avail const other{word, 64, 3};
-  CHECK_FALSE(other.claim_direct(1, false));    // another class's claim
-  CHECK(avail.free(1) == avail_event::listed);  // 8: listed
-  CHECK_FALSE(avail.claim_direct(1, false));    // no longer below
-  CHECK(avail.claim_direct(3, true));           // 5 left, more than the 4 a listed slab keeps
-  CHECK((word & avail_count_mask) == 5u);
-}
-
 TEST_CASE("a claim takes blocks straight from a listed slab, all or none, keeping some",
           "[reuse][avail]") {
   std::uint32_t word = 0;
   slab_avail const avail{word, 64, 2};  // threshold 8, keeps 4 for its next opening
   static_assert(direct_keep(64) == 4);
   avail.open_fresh();
-  CHECK_FALSE(avail.claim_direct(1, true));  // a slot holds it
+  CHECK_FALSE(avail.claim_listed(1));  // a slot holds it
   CHECK(avail.close(20) == avail_event::listed);
-  CHECK(avail.claim_direct(10, true));
+  CHECK(avail.claim_listed(10));
   CHECK((word & avail_count_mask) == 10u);
-  CHECK((word & avail_listed) != 0);         // still listed
-  CHECK_FALSE(avail.claim_direct(6, true));  // 10 - 6 would leave no more than the 4 it keeps
+  CHECK((word & avail_listed) != 0);   // still listed
+  CHECK_FALSE(avail.claim_listed(6));  // 10 - 6 would leave no more than the 4 it keeps
   CHECK((word & avail_count_mask) == 10u);
-  CHECK(avail.claim_direct(5, true));
+  CHECK(avail.claim_listed(5));
   CHECK((word & avail_count_mask) == 5u);
   slab_avail const other{word, 64, 3};
   CHECK(avail.free(40) == avail_event::none);  // 45
-  CHECK_FALSE(other.claim_direct(1, true));    // another class's claim
+  CHECK_FALSE(other.claim_listed(1));          // another class's claim
   CHECK(avail.open_listed() == 34);            // a slot opens it: 45 - 45 / 4
-  CHECK_FALSE(avail.claim_direct(1, true));
+  CHECK_FALSE(avail.claim_listed(1));
   CHECK(avail.close(34) == avail_event::listed);  // the slot gave its promise back: 45
   CHECK(avail.free(19) == avail_event::full_listed);
-  CHECK_FALSE(avail.claim_direct(1, true));  // every block free: the free that made it so takes it
+  CHECK_FALSE(avail.claim_listed(1));  // every block free: the free that made it so takes it
   CHECK(avail.take_full());
 }
 
@@ -740,37 +719,6 @@ TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[
   CHECK(std::includes(freed.begin(), freed.end(), again.begin(), again.end()));
   // The slab is still listed: an install opens it for what is left.
   CHECK((heap.memory.avail[0] & avail_listed) != 0);
-}
-
-TEST_CASE("a claim that would wait takes blocks straight from a slab closed below the threshold",
-          "[reuse][slots]") {
-  test_heap heap{2, 1};
-  std::vector<std::uint32_t> got;
-  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);  // class 3: both slabs, 128 blocks each
-  // Free 12 blocks of slab 0, closed with none free when its slot moved on: below the threshold
-  // (16), on the class's second list; nothing is listed.
-  std::vector<std::uint32_t> freed;
-  for (std::uint32_t key : got) {
-    if (key < 1024 && key % 5 == 0 && freed.size() < 12) {
-      freed.push_back(key);
-      heap.free(3, key, 1, 0);
-    }
-  }
-  REQUIRE(heap.counted_free_blocks() == 12);
-  REQUIRE((heap.memory.avail[0] & (avail_listed | avail_open)) == 0);
-  CHECK(heap.slots.take_direct(3, 13, 0).count == 0);           // short
-  block_claim const direct = heap.slots.take_direct(3, 12, 0);  // all of them: it keeps none
-  REQUIRE(direct.count == 12);
-  CHECK(direct.id == 0u);
-  CHECK_FALSE(direct.fresh);
-  CHECK(heap.counted_free_blocks() == 0);
-  std::vector<std::uint32_t> again;
-  heap.slots.take(direct, 3, [&](std::uint32_t b) { again.push_back(heap.key_of(0, b)); });
-  std::sort(again.begin(), again.end());
-  std::sort(freed.begin(), freed.end());
-  CHECK(again == freed);
-  // Still closed in its class, for the frees to come.
-  CHECK(heap.slots.avail(0, 3).closed_full());
 }
 
 TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new class narrows it",

@@ -14,11 +14,11 @@
 //    word that its place among the slot's claims picks, so that claims spread over the bitmap.
 // When a slot's promise runs out, one claim installs the next slab: the claim that used it up
 // if it still wants blocks, else the first claim that finds it used up. The others take their
-// blocks straight from a slab on one of their class's lists if one has them (take_direct), else
-// wait for the install, but only for a bounded time: then one of them takes the install over, so
-// that a descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot
-// closes it: the blocks promised and never claimed go back to its count (slab_avail), after which
-// frees list it for reuse, or empty it for any class.
+// blocks straight from a slab on their class's list if one has them (take_direct), else wait for
+// the install, but only for a bounded time: then one of them takes the install over, so that a
+// descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot closes
+// it: the blocks promised and never claimed go back to its count (slab_avail), after which frees
+// list it for reuse, or empty it for any class.
 //
 // A slot installs from its class's list first and from the heap's empty slabs after, so that
 // freed blocks are handed out again before new slabs are taken: a heap whose live blocks stay
@@ -227,34 +227,27 @@ class class_slots {
     return served(seen, want, cls).count != 0 || slot_is_vacant(seen) || slot_just_used_up(seen);
   }
 
-  /// All `want` blocks of class `cls` from a slab that no slot holds, taken straight from its
-  /// count (slab_avail::claim_direct), without a slot: a slab on the class's list, else one on
-  /// its list of slabs closed below the listing threshold; none when the slabs that a look at
-  /// each list finds cannot serve them, or the class has more than direct_max_blocks blocks a
-  /// slab. Claims that find their slot's slab used up take this way while one of them installs
-  /// the next, so that they neither wait for that install nor queue behind it: many such claims
-  /// at once spread over the lists' slabs and over each slab's bitmap. The slabs below the
-  /// threshold serve such claims where the installs leave few listed slabs (a heap mostly in
-  /// use, whose slabs are listed and opened again as soon as they reach the threshold). A slow
-  /// path: called out of line.
+  /// All `want` blocks of class `cls` from a slab on the class's list, taken straight from its
+  /// count (slab_avail::claim_listed), without a slot; none when the slab that a look at the
+  /// list finds cannot serve them, or the class has more than direct_max_blocks blocks a slab.
+  /// Claims that find their slot's slab used up take this way while one of them installs the next,
+  /// so that they neither wait for that install nor queue behind it: many such claims at once
+  /// spread over the list's slabs and over each slab's bitmap. A slow path: called out of line.
   DEVMR_HOST_DEVICE block_claim take_direct(unsigned cls, std::uint32_t want, unsigned hint) const {
     if (slabs_.blocks(cls) > direct_max_blocks) {
       return no_claim;
     }
     std::uint32_t const seed = spread_seed(hint);
     std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
-      DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
-        std::uint32_t const part = (hint + n) % parts;
-        slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
-        std::uint32_t const member = set.find(seed);
-        if (member >= stale_member) {
-          continue;
-        }
-        std::uint32_t const id = slabs_.slab_of(part, member);
-        if (avail(id, cls).claim_direct(want, below == 0)) {
-          return {id, seed % bitmap_words_for(slabs_.blocks(cls)), want, false};
-        }
+    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
+      std::uint32_t const part = (hint + n) % parts;
+      std::uint32_t const member = slabs_.listed(cls, part).find(seed);
+      if (member >= stale_member) {
+        continue;
+      }
+      std::uint32_t const id = slabs_.slab_of(part, member);
+      if (avail(id, cls).claim_listed(want)) {
+        return {id, seed % bitmap_words_for(slabs_.blocks(cls)), want, false};
       }
     }
     return no_claim;

@@ -56,18 +56,17 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t reuse_promise(std::uint32_t count) {
 }
 
 /// The blocks a listed slab keeps for its next opening when claims take blocks from it
-/// directly (slab_avail::claim_direct): half the listing threshold, so that a slot that opens it
+/// directly (slab_avail::claim_listed): half the listing threshold, so that a slot that opens it
 /// still gets a promise worth its install.
 DEVMR_HOST_DEVICE constexpr std::uint32_t direct_keep(std::uint32_t blocks) {
   return reuse_threshold(blocks) / 2;
 }
 
-/// The classes whose claims take blocks straight from slabs that no slot holds
-/// (class_slots::take_direct): those with at most this many blocks a slab. A count can run ahead
-/// of the bits it counts (a free's bit and its count are two atomics), so a claim may look
-/// through its slab's whole bitmap once before its bits arrive: 32 words here, against 2048 for
-/// the smallest blocks, whose slabs' promises are large enough that their claims wait for
-/// installs rarely anyway.
+/// The classes whose claims take blocks straight from listed slabs (class_slots::take_direct):
+/// those with at most this many blocks a slab. A count can run ahead of the bits it counts (a
+/// free's bit and its count are two atomics), so a claim may look through its slab's whole
+/// bitmap once before its bits arrive: 32 words here, against 2048 for the smallest blocks,
+/// whose slabs' promises are large enough that their claims wait for installs rarely anyway.
 inline constexpr std::uint32_t direct_max_blocks = 1024;
 
 /// What an addition to a slab's count asks of the thread that made it.
@@ -133,22 +132,19 @@ struct slab_avail {
     return 0;
   }
 
-  /// Takes `want` blocks of a slab that no slot holds, for a claim that would otherwise wait for
-  /// its slot's next slab (class_slots::take_direct): the count falls by `want` and the slab stays
-  /// where it is. `listed`: from a listed slab, which keeps more than direct_keep blocks for the
-  /// slot that opens it next; else from a slab closed below the listing threshold, which keeps
-  /// none (no slot opens it while frees can still list it). All or nothing: false when the slab
-  /// is not in that place in this class, a slot holds it, its count is short, or every one of its
+  /// Takes `want` blocks of a listed slab that no slot holds, for a claim that would otherwise
+  /// wait for its slot's next slab (class_slots::take_direct): the count falls by `want` and
+  /// the slab stays listed, with more than direct_keep blocks. All or nothing: false when the
+  /// slab is not listed for this class, a slot holds it, its count is short, or every one of its
   /// blocks is free (the free that made it so empties it). acquire: as open_listed's.
-  DEVMR_HOST_DEVICE bool claim_direct(std::uint32_t want, bool listed) const {
+  DEVMR_HOST_DEVICE bool claim_listed(std::uint32_t want) const {
     auto w = atomic(word);
-    std::uint32_t const place = (listed ? avail_listed : 0u) | class_bits();
-    std::uint32_t const least = listed ? want + direct_keep(blocks) + 1 : want;
     std::uint32_t seen = w.load(relaxed);
     for (;;) {
       std::uint32_t const count = seen & avail_count_mask;
-      if ((seen & (avail_open | avail_listed | avail_class_mask)) != place || count >= blocks ||
-          count < least) {
+      if ((seen & (avail_open | avail_listed | avail_class_mask)) !=
+              (avail_listed | class_bits()) ||
+          count >= blocks || count <= want + direct_keep(blocks)) {
         return false;
       }
       if (w.compare_exchange_weak(seen, seen - want, acquire, relaxed)) {

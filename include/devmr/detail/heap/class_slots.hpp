@@ -70,6 +70,14 @@ DEVMR_HOST_DEVICE constexpr bool slot_is_vacant(std::uint64_t w) {
 DEVMR_HOST_DEVICE constexpr bool slot_just_used_up(std::uint64_t w) {
   return is_slab(slot_id(w)) && slot_claimed(w) == slot_promised(w);
 }
+/// A slot whose slab its claims used up, or past its promise.
+DEVMR_HOST_DEVICE constexpr bool slot_used_up(std::uint64_t w) {
+  return is_slab(slot_id(w)) && slot_claimed(w) >= slot_promised(w);
+}
+/// A slot whose slab has blocks promised and not claimed.
+DEVMR_HOST_DEVICE constexpr bool slot_has_room(std::uint64_t w) {
+  return is_slab(slot_id(w)) && slot_claimed(w) < slot_promised(w);
+}
 /// True while slot value `w` still stands for what a waiter saw, slot id `id`: the same
 /// installer, or slab `id` used up past its promise (so that some claim installs the next).
 DEVMR_HOST_DEVICE constexpr bool slot_still_waiting(std::uint64_t w, std::uint32_t id) {
@@ -196,7 +204,8 @@ class class_slots {
       }
       std::uint32_t const id = slot_id(seen);
       seen = wait_for_install(w, seen);
-      if (slot_still_waiting(seen, id) && take_over(cls, slot, seen, id, hint)) {
+      if (slot_still_waiting(seen, id) &&
+          out_of_line<&class_slots::take_over>(*this, cls, slot, seen, id, hint)) {
         return out_of_line<&class_slots::install>(*this, cls, slot, want, hint);
       }
       seen = w.fetch_add(want, acquire);  // installed, or taken over by another waiter
@@ -646,20 +655,12 @@ class class_slots {
 
   /// Swaps the next installing id into slot `slot` of class `cls` while it still stands for
   /// slot id `id` (`seen`: the waiter's last look); closes the used-up slab it displaced. False
-  /// when the slot changed meanwhile.
+  /// when the slot changed meanwhile. The taker's claim is counted in the slot (a claimed count
+  /// of one): the slot is not vacant.
   DEVMR_HOST_DEVICE bool take_over(
       unsigned cls, unsigned slot, std::uint64_t seen, std::uint32_t id, unsigned hint) const {
-    auto w = atomic(word(cls, slot));
-    while (slot_still_waiting(seen, id)) {
-      // A claimed count of one: the slot is not vacant, the taker's claim is in it. acquire:
-      // the displaced slab's format happens before its close.
-      if (w.compare_exchange_weak(seen, make_class_slot(next_installer(id), 0, false, 1), acquire,
-                                  relaxed)) {
-        close(seen, cls, hint);
-        return true;
-      }
-    }
-    return false;
+    return displace(
+        cls, slot, seen, [id](std::uint64_t v) { return slot_still_waiting(v, id); }, 1, hint);
   }
 
   /// The installer of slot `slot` of class `cls` closes the slab there if the claims used it
@@ -667,16 +668,33 @@ class class_slots {
   /// the claims that wait there go on waiting for this install. A slab with room that another
   /// installer published meanwhile stays.
   DEVMR_HOST_DEVICE void close_used_up(unsigned cls, unsigned slot, unsigned hint) const {
+    displace(
+        cls, slot, atomic(word(cls, slot)).load(relaxed),
+        [](std::uint64_t v) { return slot_used_up(v); }, 1, hint);
+  }
+
+  /// Swaps the next installing id into slot `slot` of class `cls`, with `claimed` claims counted,
+  /// while the slot's value satisfies `stands` (`seen`: the caller's last look at it), and closes
+  /// the slab it displaced: true when it did, false when the slot changed to a value that does
+  /// not. take_over, close_used_up and give_up differ only in `stands` and `claimed`.
+  template <class Stands>
+  DEVMR_HOST_DEVICE bool displace(unsigned cls,
+                                  unsigned slot,
+                                  std::uint64_t seen,
+                                  Stands stands,
+                                  std::uint32_t claimed,
+                                  unsigned hint) const {
     auto w = atomic(word(cls, slot));
-    std::uint64_t seen = w.load(relaxed);
-    while (is_slab(slot_id(seen)) && slot_claimed(seen) >= slot_promised(seen)) {
+    while (stands(seen)) {
       // acquire: the format of the slab it displaces happens before its close.
-      if (w.compare_exchange_weak(seen, make_class_slot(next_installer(slot_id(seen)), 0, false, 1),
+      if (w.compare_exchange_weak(seen,
+                                  make_class_slot(next_installer(slot_id(seen)), 0, false, claimed),
                                   acquire, relaxed)) {
         close(seen, cls, hint);
-        return;
+        return true;
       }
     }
+    return false;
   }
 
   /// Slot `s` of class `c` gives up the slab it holds, if any, and closes it: true when it did.
@@ -700,7 +718,7 @@ class class_slots {
     for (unsigned s = 0; s < slot_count_; ++s) {
       auto w = atomic(word(cls, s));
       std::uint64_t const look = w.load(relaxed);
-      if (!is_slab(slot_id(look)) || slot_claimed(look) >= slot_promised(look)) {
+      if (!slot_has_room(look)) {
         continue;
       }
       std::uint64_t const seen = w.fetch_add(want, acquire);  // as a claim's
@@ -720,17 +738,9 @@ class class_slots {
   /// for an install claim again. A slab with room that another installer published meanwhile
   /// stays, and so does a vacancy nobody claimed.
   DEVMR_HOST_DEVICE void give_up(unsigned cls, unsigned slot, unsigned hint) const {
-    auto w = atomic(word(cls, slot));
-    std::uint64_t seen = w.load(relaxed);
-    while (!slot_is_vacant(seen) &&
-           (!is_slab(slot_id(seen)) || slot_claimed(seen) >= slot_promised(seen))) {
-      // acquire: the format of the slab it displaces happens before its close.
-      if (w.compare_exchange_weak(seen, make_class_slot(next_installer(slot_id(seen)), 0, false, 0),
-                                  acquire, relaxed)) {
-        close(seen, cls, hint);
-        return;
-      }
-    }
+    displace(
+        cls, slot, atomic(word(cls, slot)).load(relaxed),
+        [](std::uint64_t v) { return !slot_is_vacant(v) && !slot_has_room(v); }, 0, hint);
   }
 
   Slabs slabs_;

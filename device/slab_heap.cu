@@ -310,14 +310,15 @@ void slab_heap<Kind>::grow(std::size_t bytes) {
   // stay, and widen to the new share as installs reuse slabs (slot_width.hpp), unless the heap
   // now gives every class all its slots: then every class takes all of them in the word too, as
   // claims that read it expect of a heap whose widths are fixed (the word first).
-  static_assert(offsetof(hp::slot_shape, budget) ==
-                offsetof(hp::slot_shape, base) + sizeof(std::uint32_t));
+  static_assert(
+      offsetof(hp::slot_shape, budget) == offsetof(hp::slot_shape, base) + sizeof(std::uint32_t) &&
+      offsetof(hp::slot_shape, roomy) == offsetof(hp::slot_shape, budget) + sizeof(std::uint32_t));
   if (hp::slot_width::fixed_for(image_->slot_widths, hp::max_slots)) {
     DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.widths, &image_->slot_widths.widths,
                               sizeof(std::uint64_t), cudaMemcpyDefault));
   }
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->slot_widths.base, &image_->slot_widths.base,
-                            2 * sizeof(std::uint32_t), cudaMemcpyDefault));
+                            3 * sizeof(std::uint32_t), cudaMemcpyDefault));
   DEVMR_CUDA_TRY(cudaMemcpy(&header_->arena_count, &image_->arena_count, sizeof(std::uint32_t),
                             cudaMemcpyDefault));
   std::lock_guard lock{hp::registry_mutex};

@@ -72,6 +72,10 @@ struct device_slabs {
   DEVMR_HOST_DEVICE void format(std::uint32_t id, unsigned c) const {
     atomic(classes[id]).store(c, relaxed);
   }
+  // A heap that is never roomy: installs reuse listed slabs first (class_slots::take_roomy is
+  // the host tests' to drive).
+  DEVMR_HOST_DEVICE bool roomy() const { return false; }
+  DEVMR_HOST_DEVICE void count_out(std::uint32_t) const {}
   DEVMR_HOST_DEVICE bool bump_fresh() const { return true; }
   // The counts of slabs in flight and of slabs moved (class_slots::final_search).
   DEVMR_HOST_DEVICE std::uint64_t& in_flight() const { return empty_heads[empty_shards]; }

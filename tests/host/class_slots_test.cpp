@@ -244,29 +244,51 @@ TEST_CASE("a slab closed below the threshold opens for a class short of slabs, e
   CHECK(avail.free(56) == avail_event::full_listed);
 }
 
+TEST_CASE("a claim takes blocks straight from a slab closed below the threshold, keeping none",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail{word, 64, 2};  // threshold 8
+  avail.open_fresh();
+  CHECK(avail.claim_direct(1, false) == direct_claim::gone);  // a slot holds it
+  CHECK(avail.close(5) == avail_event::below);
+  CHECK(avail.claim_direct(1, true) == direct_claim::gone);      // not listed
+  CHECK(avail.claim_direct(6, false) == direct_claim::refused);  // short
+  CHECK(avail.claim_direct(5, false) == direct_claim::taken);    // every free block: keeps none
+  CHECK(avail.closed_full());
+  CHECK(avail.claim_direct(1, false) == direct_claim::refused);
+  CHECK(avail.free(7) == avail_event::none);  // 7: still below
+  slab_avail const other{word, 64, 3};
+  CHECK(other.claim_direct(1, false) == direct_claim::gone);  // another class's claim
+  CHECK(avail.free(1) == avail_event::listed);                // 8: listed
+  CHECK(avail.claim_direct(1, false) == direct_claim::gone);  // no longer below
+  CHECK(avail.claim_direct(3, true) == direct_claim::taken);  // 5 left, more than the 4 kept
+  CHECK((word & avail_count_mask) == 5u);
+}
+
 TEST_CASE("a claim takes blocks straight from a listed slab, all or none, keeping some",
           "[reuse][avail]") {
   std::uint32_t word = 0;
   slab_avail const avail{word, 64, 2};  // threshold 8, keeps 4 for its next opening
   static_assert(direct_keep(64) == 4);
   avail.open_fresh();
-  CHECK_FALSE(avail.claim_listed(1));  // a slot holds it
+  CHECK(avail.claim_direct(1, true) == direct_claim::gone);  // a slot holds it
   CHECK(avail.close(20) == avail_event::listed);
-  CHECK(avail.claim_listed(10));
+  CHECK(avail.claim_direct(10, true) == direct_claim::taken);
   CHECK((word & avail_count_mask) == 10u);
-  CHECK((word & avail_listed) != 0);   // still listed
-  CHECK_FALSE(avail.claim_listed(6));  // 10 - 6 would leave no more than the 4 it keeps
+  CHECK((word & avail_listed) != 0);                            // still listed
+  CHECK(avail.claim_direct(6, true) == direct_claim::refused);  // would leave no more than 4
   CHECK((word & avail_count_mask) == 10u);
-  CHECK(avail.claim_listed(5));
+  CHECK(avail.claim_direct(5, true) == direct_claim::taken);
   CHECK((word & avail_count_mask) == 5u);
   slab_avail const other{word, 64, 3};
-  CHECK(avail.free(40) == avail_event::none);  // 45
-  CHECK_FALSE(other.claim_listed(1));          // another class's claim
-  CHECK(avail.open_listed() == 34);            // a slot opens it: 45 - 45 / 4
-  CHECK_FALSE(avail.claim_listed(1));
+  CHECK(avail.free(40) == avail_event::none);                // 45
+  CHECK(other.claim_direct(1, true) == direct_claim::gone);  // another class's claim
+  CHECK(avail.open_listed() == 34);                          // a slot opens it: 45 - 45 / 4
+  CHECK(avail.claim_direct(1, true) == direct_claim::gone);
   CHECK(avail.close(34) == avail_event::listed);  // the slot gave its promise back: 45
   CHECK(avail.free(19) == avail_event::full_listed);
-  CHECK_FALSE(avail.claim_listed(1));  // every block free: the free that made it so takes it
+  // Every block free: the free that made it so takes it.
+  CHECK(avail.claim_direct(1, true) == direct_claim::refused);
   CHECK(avail.take_full());
 }
 
@@ -486,8 +508,10 @@ struct test_slab_memory {
   std::vector<std::uint32_t> listed;              // sets of slabs: per class (and part of the heap)
   std::uint64_t empty_head = empty_slab_stack;
   std::atomic<std::uint64_t> empties{0};
-  std::uint64_t in_flight = 0;  // slabs that installs hold
-  std::uint64_t moves = 0;      // slabs put on a list or back among the empty ones
+  std::uint64_t in_flight = 0;       // slabs that installs hold
+  std::uint64_t moves = 0;           // slabs put on a list or back among the empty ones
+  bool roomy = false;                // what Slabs::roomy says: false, unless a test sets it
+  std::atomic<std::int64_t> out{0};  // slabs formatted for a class and not emptied since
 };
 
 /// The Slabs policy of class_slots over test_slab_memory, with its own stack of empty slabs.
@@ -513,6 +537,8 @@ struct test_slabs {
   std::uint32_t part_of(std::uint32_t) const { return 0; }
   std::uint32_t slab_of(std::uint32_t, std::uint32_t member) const { return member; }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
+  bool roomy() const { return m->roomy; }
+  void count_out(std::uint32_t) const { m->out.fetch_add(1, std::memory_order_relaxed); }
   bool bump_fresh() const { return true; }
   std::uint64_t& in_flight() const { return m->in_flight; }
   std::uint64_t& moves() const { return m->moves; }
@@ -520,6 +546,7 @@ struct test_slabs {
   void give_empty(std::uint32_t id, unsigned) const {
     atomic(m->cls[id]).store(0xffu, relaxed);
     m->empties.fetch_add(1, std::memory_order_relaxed);
+    m->out.fetch_sub(1, std::memory_order_relaxed);
     m->empty().push(id);
   }
 };
@@ -557,6 +584,8 @@ struct supply_slabs {
     return make_slab_id(part, member);
   }
   void format(std::uint32_t id, unsigned c) const { atomic(m->cls[dense(id)]).store(c, relaxed); }
+  bool roomy() const { return m->roomy; }
+  void count_out(std::uint32_t) const { m->out.fetch_add(1, std::memory_order_relaxed); }
   bool bump_fresh() const { return true; }
   std::uint64_t& in_flight() const { return m->in_flight; }
   std::uint64_t& moves() const { return m->moves; }
@@ -566,6 +595,7 @@ struct supply_slabs {
   void give_empty(std::uint32_t id, unsigned) const {
     atomic(m->cls[dense(id)]).store(0xffu, relaxed);
     m->empties.fetch_add(1, std::memory_order_relaxed);
+    m->out.fetch_sub(1, std::memory_order_relaxed);
     atomic(supply().meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
     // release: the emptier's acquire of every free (slab_avail::settle) is passed on to the
     // search that takes the mark.
@@ -721,12 +751,112 @@ TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[
   CHECK((heap.memory.avail[0] & avail_listed) != 0);
 }
 
+TEST_CASE("a claim that would wait takes blocks straight from a slab closed below the threshold",
+          "[reuse][slots]") {
+  test_heap heap{2, 1};
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);  // class 3: both slabs, 128 blocks each
+  // Free 12 blocks of slab 0, closed with none free when its slot moved on: below the threshold
+  // (16), on the class's second list; nothing is listed.
+  std::vector<std::uint32_t> freed;
+  for (std::uint32_t key : got) {
+    if (key < 1024 && key % 5 == 0 && freed.size() < 12) {
+      freed.push_back(key);
+      heap.free(3, key, 1, 0);
+    }
+  }
+  REQUIRE(heap.counted_free_blocks() == 12);
+  REQUIRE((heap.memory.avail[0] & (avail_listed | avail_open)) == 0);
+  CHECK(heap.slots.take_direct(3, 13, 0).count == 0);           // short
+  block_claim const direct = heap.slots.take_direct(3, 12, 0);  // all of them: it keeps none
+  REQUIRE(direct.count == 12);
+  CHECK(direct.id == 0u);
+  CHECK_FALSE(direct.fresh);
+  CHECK(heap.counted_free_blocks() == 0);
+  std::vector<std::uint32_t> again;
+  heap.slots.take(direct, 3, [&](std::uint32_t b) { again.push_back(heap.key_of(0, b)); });
+  std::sort(again.begin(), again.end());
+  std::sort(freed.begin(), freed.end());
+  CHECK(again == freed);
+  // Still closed in its class, for the frees to come.
+  CHECK(heap.slots.avail(0, 3).closed_full());
+}
+
+TEST_CASE("a claim that would wait drops a slab that left its class from the list below",
+          "[reuse][slots]") {
+  test_heap heap{2, 1};
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);  // class 3: both slabs, 128 blocks each
+  slab_set const below = heap.slots.slabs().below(3, 0);
+  CHECK(below.find(0) == 0u);  // slab 0, closed with every block in use, waits for frees there
+  // Every block of slab 0 freed: it leaves the class, and its member on that list is stale.
+  for (std::uint32_t key : got) {
+    if (key < 1024) {
+      heap.free(3, key, 1, 0);
+    }
+  }
+  REQUIRE(heap.memory.cls[0] == 0xffu);
+  CHECK(below.find(0) == 0u);
+  CHECK(heap.slots.take_direct(3, 1, 0).count == 0);
+  CHECK(below.find(0) == no_member);  // the look that found it stale took it off
+  CHECK(heap.double_handouts == 0);
+}
+
+TEST_CASE("a roomy heap installs an empty slab rather than a listed one with few free blocks",
+          "[reuse][slots][roomy]") {
+  for (bool const roomy : {true, false}) {
+    CAPTURE(roomy);
+    test_heap heap{4, 1};
+    heap.memory.roomy = roomy;
+    std::vector<std::uint32_t> got;
+    REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);  // class 3: slabs 0 and 1, 128 blocks each
+    CHECK(heap.memory.out == 2);
+    // Free 20 blocks of slab 0, closed (its slot moved on): listed (threshold 16), with fewer
+    // than a quarter of its blocks (32) free.
+    int freed = 0;
+    for (std::uint32_t key : got) {
+      if (key < 1024 && key % 2 == 0 && freed < 20) {
+        heap.free(3, key, 1, 0);
+        ++freed;
+      }
+    }
+    REQUIRE((heap.memory.avail[0] & avail_listed) != 0);
+    // The next claim installs: a roomy heap takes an empty slab and leaves slab 0 listed with its
+    // 20 free blocks; a heap short of room opens slab 0 (a promise of 15).
+    std::vector<std::uint32_t> next;
+    REQUIRE(heap.allocate(3, 0, 1, 2, next) == 1);
+    if (!roomy) {
+      CHECK(next[0] / 1024 == 0u);
+      continue;
+    }
+    CHECK(next[0] / 1024 >= 2u);
+    CHECK(heap.memory.out == 3);
+    CHECK((heap.memory.avail[0] & avail_listed) != 0);
+    CHECK((heap.memory.avail[0] & avail_count_mask) == 20u);
+    // 12 more frees give slab 0 a quarter of its blocks: once the empty slab is used up, the
+    // install reuses slab 0.
+    for (std::uint32_t key : got) {
+      if (key < 1024 && key % 2 == 1 && freed < 32) {
+        heap.free(3, key, 1, 0);
+        ++freed;
+      }
+    }
+    REQUIRE(heap.allocate(3, 0, 127, 2, next) == 127);  // the rest of the empty slab
+    std::vector<std::uint32_t> last;
+    REQUIRE(heap.allocate(3, 0, 1, 3, last) == 1);
+    CHECK(last[0] / 1024 == 0u);
+    CHECK(heap.memory.out == 3);
+    CHECK(heap.double_handouts == 0);
+    CHECK(heap.bad_blocks == 0);
+  }
+}
+
 TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new class narrows it",
           "[reuse][slots][width]") {
   test_slab_memory memory{16};
   constexpr unsigned slot_count = 8;
   std::vector<std::uint64_t> words(std::size_t{slot_count} * test_classes, vacant_class_slot);
-  slot_shape shape{slot_width::initial(0, test_classes), 0, 8};  // one slot a class to start
+  slot_shape shape{slot_width::initial(0, test_classes), 0, 8, 0};  // one slot a class to start
   class_slots<test_slabs> const slots{test_slabs{&memory}, words.data(), test_classes, slot_count,
                                       &shape};
   // Class 1 (512 blocks a slab, listed once 64 are free). The blocks of each slab in use.
@@ -820,7 +950,7 @@ TEST_CASE("an SM's odd warps claim through a second slot only where the class ha
   CHECK(slot_claimed(words[(5 + max_slots / 2) * test_classes + 1]) == 3);
   CHECK(slot_is_vacant(words[5 * test_classes + 1]));
   // Classes of 8 slots: both hints of an SM name its one slot, never one past the width.
-  slot_shape shape{slot_width::initial(7, test_classes), 7, 8 * test_classes};
+  slot_shape shape{slot_width::initial(7, test_classes), 7, 8 * test_classes, 0};
   class_slots<test_slabs> const narrow{test_slabs{&memory}, words.data(), test_classes, max_slots,
                                        &shape};
   for (unsigned sm = 0; sm < max_slots / 2; ++sm) {

@@ -329,6 +329,39 @@ TEST_CASE("a heap slab whose blocks are all freed leaves its class for another",
   CHECK(heap.blocks_in_use() == class_capacity(12) + 1);
 }
 
+TEST_CASE("a heap counts the slabs out of its supply and is roomy while an eighth is left",
+          "[heap][core][roomy]") {
+  host_heap heap{{16}, false};  // roomy while fewer than 14 slabs are out
+  auto core = heap.core();
+  auto const out = [&] { return slab_supply{&heap.header()}.out_count(0); };
+  auto const roomy = [&] { return core.slots().slabs().roomy(); };
+  CHECK(out() == 0u);
+  CHECK(roomy());
+  void* large = core.allocate_large(3 * slab_bytes, 0);
+  REQUIRE(large != nullptr);
+  CHECK(out() == 3u);
+  // Blocks of half a slab, two a slab: ten slabs, the last one still in its slot.
+  unsigned const half = num_classes - 1;
+  std::vector<void*> small = allocate_blocks(core, half, 20);
+  REQUIRE(small.size() == 20);
+  CHECK(out() == 13u);
+  CHECK(roomy());
+  std::vector<void*> more = allocate_blocks(core, half, 1);
+  REQUIRE(more.size() == 1);
+  CHECK(out() == 14u);
+  CHECK_FALSE(roomy());
+  small.push_back(more[0]);
+  for (void* p : small) {
+    core.free_one(p, 0, class_bytes(half));
+  }
+  core.slots().vacate(half, 0, 0);  // the slab in the slot leaves its class once closed
+  CHECK(out() == 3u);
+  core.free_one(large, 0, 3 * slab_bytes);
+  CHECK(out() == 0u);
+  CHECK(roomy());
+  CHECK(heap.blocks_in_use() == 0u);
+}
+
 TEST_CASE("frees without a size find the class from the slab's tag", "[heap][core]") {
   host_heap heap{{24}, false};  // a slab for each class, and a run
   auto core = heap.core();

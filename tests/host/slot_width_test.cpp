@@ -34,7 +34,7 @@ TEST_CASE("a class's share of the slots is the largest power of two that fits", 
 }
 
 TEST_CASE("a class widens up to the share of the classes in use", "[width]") {
-  slot_shape shape{slot_width::initial(7, 9), 7, 128};
+  slot_shape shape{slot_width::initial(7, 9), 7, 128, 0};
   slot_width const width{&shape, 256};
   for (unsigned c = 0; c < 9; ++c) {
     CHECK(width.mask(c) == 7);
@@ -80,7 +80,7 @@ TEST_CASE("the classes of blocks past 32 KiB keep the base width", "[width]") {
   for (unsigned c = 0; c < slot_width::max_classes; ++c) {
     CHECK(slot_width::log2_of(start, c) == 3u);
   }
-  slot_shape shape{start, 7, 1024};
+  slot_shape shape{start, 7, 1024, 0};
   slot_width const width{&shape, max_slots};
   for (unsigned c = slot_width::max_classes; c < num_classes; ++c) {
     width.use(c);
@@ -97,7 +97,7 @@ TEST_CASE("the classes of blocks past 32 KiB keep the base width", "[width]") {
 }
 
 TEST_CASE("a class narrows back to the base width", "[width]") {
-  slot_shape shape{slot_width::initial(7, 9), 7, 128};
+  slot_shape shape{slot_width::initial(7, 9), 7, 128, 0};
   slot_width const width{&shape, 256};
   width.use(2);
   width.widen(2);
@@ -122,7 +122,7 @@ TEST_CASE("a width with no state word, or at its limit with every class in use, 
   CHECK(width.mask(2) == 15);
   // A heap large enough for the most slots of every class: its word gives every class all its
   // slots and never changes.
-  slot_shape shape{slot_width::initial(255, 9), 255, 4096};
+  slot_shape shape{slot_width::initial(255, 9), 255, 4096, 0};
   CHECK(slot_width::fixed_for(shape, 256));
   slot_width const large{&shape, 256};
   CHECK(large.mask(2) == 255);
@@ -135,7 +135,7 @@ TEST_CASE("a width with no state word, or at its limit with every class in use, 
   shape.widths = slot_width::initial(3, 9);
   CHECK(slot_width{&shape, 256, true}.mask(2) == 255);
   CHECK(slot_width{&shape, 256}.mask(2) == 3);
-  slot_shape narrow{slot_width::initial(7, 9), 7, 32};
+  slot_shape narrow{slot_width::initial(7, 9), 7, 32, 0};
   CHECK_FALSE(slot_width::fixed_for(narrow, 256));
 }
 
@@ -144,7 +144,7 @@ TEST_CASE("threads widening and narrowing at once keep each class within the cla
   constexpr std::uint32_t budget = 128;
   constexpr unsigned classes = 9;
   constexpr std::uint32_t base = 7;  // the share of nine classes
-  slot_shape shape{slot_width::initial(base, classes), base, budget};
+  slot_shape shape{slot_width::initial(base, classes), base, budget, 0};
   slot_width const width{&shape, 256};
   std::atomic<unsigned> bad{0};
   std::atomic<unsigned> widest{0};

@@ -14,15 +14,18 @@
 //    word that its place among the slot's claims picks, so that claims spread over the bitmap.
 // When a slot's promise runs out, one claim installs the next slab: the claim that used it up
 // if it still wants blocks, else the first claim that finds it used up. The others take their
-// blocks straight from a slab on their class's list if one has them (take_direct), else wait for
-// the install, but only for a bounded time: then one of them takes the install over, so that a
-// descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot closes
-// it: the blocks promised and never claimed go back to its count (slab_avail), after which frees
-// list it for reuse, or empty it for any class.
+// blocks straight from a slab on one of their class's lists if one has them (take_direct), else
+// wait for the install, but only for a bounded time: then one of them takes the install over, so
+// that a descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot
+// closes it: the blocks promised and never claimed go back to its count (slab_avail), after which
+// frees list it for reuse, or empty it for any class.
 //
 // A slot installs from its class's list first and from the heap's empty slabs after, so that
 // freed blocks are handed out again before new slabs are taken: a heap whose live blocks stay
-// put and whose other blocks churn serves the churn from the slabs it holds.
+// put and whose other blocks churn serves the churn from the slabs it holds. While the heap is
+// roomy (more than an eighth of its slabs empty), a listed slab with few free blocks is left to
+// gather more, and the slot takes an empty slab, whose promise is every block: installs are
+// then rarer by as many times, at the price of memory that nobody else is using.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>
@@ -127,6 +130,8 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
  *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
+ *  - `roomy()`: whether more than the heap's roomy share of its slabs is empty (a hint), and
+ *    `count_out(id)`: slab `id`, taken from the supply, is formatted for a class (take_roomy);
  *  - `in_flight()`: the count of slabs that installs hold, and `moves()`: the count of slabs
  *    that closes put on a list or back in the supply (std::uint64_t&, see final_search);
  *  - `bump_fresh()`: whether the heap leaves its frees unjudged by their bits (an unchecked
@@ -236,27 +241,40 @@ class class_slots {
     return served(seen, want, cls).count != 0 || slot_is_vacant(seen) || slot_just_used_up(seen);
   }
 
-  /// All `want` blocks of class `cls` from a slab on the class's list, taken straight from its
-  /// count (slab_avail::claim_listed), without a slot; none when the slab that a look at the
-  /// list finds cannot serve them, or the class has more than direct_max_blocks blocks a slab.
-  /// Claims that find their slot's slab used up take this way while one of them installs the next,
-  /// so that they neither wait for that install nor queue behind it: many such claims at once
-  /// spread over the list's slabs and over each slab's bitmap. A slow path: called out of line.
+  /// All `want` blocks of class `cls` from a slab that no slot holds, taken straight from its
+  /// count (slab_avail::claim_direct), without a slot: a slab on the class's list, else one on
+  /// its list of slabs closed below the listing threshold; none when the slabs that a look at
+  /// each list finds cannot serve them, or the class has more than direct_max_blocks blocks a
+  /// slab. Claims that find their slot's slab used up take this way while one of them installs
+  /// the next, so that they neither wait for that install nor queue behind it: many such claims
+  /// at once spread over the lists' slabs and over each slab's bitmap. The slabs below the
+  /// threshold serve such claims where the installs leave few listed slabs (a heap mostly in
+  /// use, whose slabs are listed and opened again as soon as they reach the threshold). A slow
+  /// path: called out of line.
   DEVMR_HOST_DEVICE block_claim take_direct(unsigned cls, std::uint32_t want, unsigned hint) const {
     if (slabs_.blocks(cls) > direct_max_blocks) {
       return no_claim;
     }
     std::uint32_t const seed = spread_seed(hint);
     std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
-      std::uint32_t const part = (hint + n) % parts;
-      std::uint32_t const member = slabs_.listed(cls, part).find(seed);
-      if (member >= stale_member) {
-        continue;
-      }
-      std::uint32_t const id = slabs_.slab_of(part, member);
-      if (avail(id, cls).claim_listed(want)) {
-        return {id, seed % bitmap_words_for(slabs_.blocks(cls)), want, false};
+    DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
+      DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
+        std::uint32_t const part = (hint + n) % parts;
+        slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
+        std::uint32_t const member = set.find(seed);
+        if (member >= stale_member) {
+          continue;
+        }
+        std::uint32_t const id = slabs_.slab_of(part, member);
+        direct_claim const got = avail(id, cls).claim_direct(want, below == 0);
+        if (got == direct_claim::taken) {
+          return {id, seed % bitmap_words_for(slabs_.blocks(cls)), want, false};
+        }
+        // Off the list, unless a close put it back below the threshold before the erase.
+        if (got == direct_claim::gone && below != 0 && set.erase(member) &&
+            avail(id, cls).closed_below()) {
+          set.insert(member);
+        }
       }
     }
     return no_claim;
@@ -320,8 +338,12 @@ class class_slots {
                                                           unsigned hint) const {
     std::uint32_t promised = 0;
     bool fresh = false;
-    std::uint32_t id = take_listed(cls, hint, promised);
+    // A roomy heap gives the slot an empty slab rather than a listed one with few free blocks.
+    std::uint32_t id =
+        slabs_.roomy() ? out_of_line<&class_slots::take_roomy>(*this, cls, hint) : no_slab;
     if (id != no_slab) {
+      hold_in_flight();
+    } else if (id = take_listed(cls, hint, promised); id != no_slab) {
       hold_in_flight();
       // The class reuses slabs, and its slots use them up: it widens where the classes in use
       // leave room (slot_width), so that fewer SMs meet on each slot and fewer claims wait for
@@ -352,19 +374,20 @@ class class_slots {
       if (id != no_slab) {
         hold_in_flight();
       }
-      if (id != no_slab && promised == 0) {
-        slabs_.format(id, cls);
-        block_bitmap const bits = bitmap(id, cls);
-        bits.clear();
-        avail(id, cls).open_fresh();
-        promised = slabs_.blocks(cls);
-        // A fresh slab's blocks go out in order, with no bitmap word touched, unless the heap
-        // checks its frees: then every block is handed out from its bit, so that a clear bit
-        // always means a block in use.
-        fresh = slabs_.bump_fresh();
-        if (!fresh) {
-          bits.give_range(0, promised);
-        }
+    }
+    if (id != no_slab && promised == 0) {
+      slabs_.count_out(id);
+      slabs_.format(id, cls);
+      block_bitmap const bits = bitmap(id, cls);
+      bits.clear();
+      avail(id, cls).open_fresh();
+      promised = slabs_.blocks(cls);
+      // A fresh slab's blocks go out in order, with no bitmap word touched, unless the heap
+      // checks its frees: then every block is handed out from its bit, so that a clear bit
+      // always means a block in use.
+      fresh = slabs_.bump_fresh();
+      if (!fresh) {
+        bits.give_range(0, promised);
       }
     }
     if (id == no_slab) {
@@ -544,6 +567,34 @@ class class_slots {
   }
 
  private:
+  /// An empty slab for an install of class `cls` on a roomy heap (Slabs::roomy), taken rather
+  /// than a listed slab with few free blocks: a listed slab is listed as soon as an eighth of
+  /// its blocks are free, and an install that opens it then promises a few dozen blocks, where
+  /// an empty slab promises every block. Such slabs stay listed and gather frees meanwhile. no_slab
+  /// when the slab that a look at the class's list finds has a quarter of its blocks free
+  /// (rich_threshold: the install reuses it), or the supply has no slab. A class with listed
+  /// slabs reuses its slabs: it widens as an install of a listed slab would. A slow path: called
+  /// out of line.
+  DEVMR_HOST_DEVICE std::uint32_t take_roomy(unsigned cls, unsigned hint) const {
+    bool listed = false;
+    std::uint32_t const parts = slabs_.list_parts();
+    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts && !listed; ++n) {
+      std::uint32_t const part = (hint + n) % parts;
+      std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
+      listed = member != no_member;
+      if (member < stale_member && avail(slabs_.slab_of(part, member), cls).free_blocks() >=
+                                       rich_threshold(slabs_.blocks(cls))) {
+        return no_slab;
+      }
+    }
+    if (listed) {
+      width_.widen(cls);
+    } else {
+      width_.use(cls);
+    }
+    return slabs_.take_empty(hint);
+  }
+
   /// A slab off class `cls`'s list, opened for the caller's slot with `promised` blocks;
   /// no_slab when the list has none. Each search first tries a member that a look down the
   /// list's summaries picks at random (slab_set::find), so that installs that search at once

@@ -13,6 +13,15 @@
 
 namespace devmr::detail::heap {
 
+/// Slabs out of the supply below which a heap is roomy (slot_shape::roomy): all but an eighth
+/// of its slabs. While more than that eighth is empty, an install takes an empty slab rather
+/// than a listed one with few free blocks (class_slots::take_roomy); past it, the heap reuses
+/// its classes' freed blocks first.
+inline std::uint32_t roomy_limit_for(std::uint64_t slabs) {
+  std::uint64_t const limit = slabs - slabs / 8;
+  return limit > 0xffffffffu ? 0xffffffffu : static_cast<std::uint32_t>(limit);
+}
+
 /// Slabs that the slots of all classes of a heap of `slabs` slabs may hold together: a quarter.
 /// A slot holds one slab of its class at a time, partly handed out: with fewer slots, the slabs
 /// that slots hold stay a small part of the heap, so that slabs whose blocks are all free go back
@@ -65,6 +74,7 @@ inline void add_arena(heap_header& h, arena_desc const& arena) {
   }
   h.slot_widths.base = slot_mask_for(total_slabs(h));
   h.slot_widths.budget = slot_budget_for(total_slabs(h));
+  h.slot_widths.roomy = roomy_limit_for(total_slabs(h));
   h.slot_widths.widths = slot_width::initial(h.slot_widths.base, num_classes);
 }
 

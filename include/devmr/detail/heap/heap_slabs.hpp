@@ -91,6 +91,22 @@ class heap_slabs {
     slab_supply const s = supply();
     atomic(meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
     s.mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), release);
+    atomic(s.out_count(arena_of(id))).fetch_sub(1, relaxed);
+  }
+
+  /// Slab `id`, taken from the supply, is formatted for a class: one more slab out of the supply.
+  DEVMR_HOST_DEVICE void count_out(std::uint32_t id) const {
+    atomic(supply().out_count(arena_of(id))).fetch_add(1, relaxed);
+  }
+  /// Whether fewer slabs than the heap's roomy limit are out of the supply (slot_shape::roomy):
+  /// then installs take empty slabs first. A hint, read relaxed.
+  DEVMR_HOST_DEVICE bool roomy() const {
+    std::uint64_t out = 0;
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    DEVMR_ROLLED for (std::uint32_t a = 0; a < arenas; ++a) {
+      out += atomic(supply().out_count(a)).load(relaxed);
+    }
+    return out < read_only(h_->slot_widths.roomy);
   }
 
   /// Slabs that installs took and have not yet put in their slots (class_slots::final_search).

@@ -192,6 +192,8 @@ struct alignas(128) slot_shape {
   std::uint64_t widths;  ///< the classes that took an empty slab, and the slots each uses
   std::uint32_t base;    ///< slots of each class with every class in use, minus one
   std::uint32_t budget;  ///< slabs that the slots of all classes together may hold
+  std::uint32_t roomy;   ///< while fewer slabs than this are out of the supply (see
+                         ///< slab_supply::out_count), installs take empty slabs first
 };
 
 /// The slot words of one slot, one per class, alone in their line: the words that one SM's claims

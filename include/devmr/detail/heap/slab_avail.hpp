@@ -55,18 +55,27 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t reuse_promise(std::uint32_t count) {
   return count - count / 4;
 }
 
+/// Free blocks at which a listed slab is worth its install even on a roomy heap (one with many
+/// empty slabs, class_slots::take_roomy): a quarter of its blocks, so that its promise is at
+/// least three sixteenths of them. A listed slab with fewer waits for more frees, and the install
+/// takes an empty slab, whose promise is every block.
+DEVMR_HOST_DEVICE constexpr std::uint32_t rich_threshold(std::uint32_t blocks) {
+  return blocks / 4;
+}
+
 /// The blocks a listed slab keeps for its next opening when claims take blocks from it
-/// directly (slab_avail::claim_listed): half the listing threshold, so that a slot that opens it
+/// directly (slab_avail::claim_direct): half the listing threshold, so that a slot that opens it
 /// still gets a promise worth its install.
 DEVMR_HOST_DEVICE constexpr std::uint32_t direct_keep(std::uint32_t blocks) {
   return reuse_threshold(blocks) / 2;
 }
 
-/// The classes whose claims take blocks straight from listed slabs (class_slots::take_direct):
-/// those with at most this many blocks a slab. A count can run ahead of the bits it counts (a
-/// free's bit and its count are two atomics), so a claim may look through its slab's whole
-/// bitmap once before its bits arrive: 32 words here, against 2048 for the smallest blocks,
-/// whose slabs' promises are large enough that their claims wait for installs rarely anyway.
+/// The classes whose claims take blocks straight from slabs that no slot holds
+/// (class_slots::take_direct): those with at most this many blocks a slab. A count can run ahead
+/// of the bits it counts (a free's bit and its count are two atomics), so a claim may look
+/// through its slab's whole bitmap once before its bits arrive: 32 words here, against 2048 for
+/// the smallest blocks, whose slabs' promises are large enough that their claims wait for
+/// installs rarely anyway.
 inline constexpr std::uint32_t direct_max_blocks = 1024;
 
 /// What an addition to a slab's count asks of the thread that made it.
@@ -79,6 +88,11 @@ enum class avail_event {
   below,        ///< this thread closed the slab with free blocks too few to list it (none,
                 ///< perhaps): it adds the slab to its class's list of such slabs (close only)
 };
+
+/// What slab_avail::claim_direct did: took the blocks, refused them (the slab is where the
+/// caller found it, but short), or found the slab elsewhere (opened, listed or unlisted since,
+/// or of another class).
+enum class direct_claim { taken, refused, gone };
 
 /// A view of a slab's free count (`word`) for class `cls`, of `blocks` blocks per slab.
 struct slab_avail {
@@ -113,6 +127,17 @@ struct slab_avail {
     return 0;
   }
 
+  /// The free blocks that the count holds: a hint, as another thread may change it at once.
+  DEVMR_HOST_DEVICE std::uint32_t free_blocks() const {
+    return atomic(word).load(relaxed) & avail_count_mask;
+  }
+
+  /// Whether the slab is closed in the class (no slot holds it) and not listed.
+  DEVMR_HOST_DEVICE bool closed_below() const {
+    return (atomic(word).load(relaxed) & (avail_open | avail_listed | avail_class_mask)) ==
+           class_bits();
+  }
+
   /// Whether the slab is closed in the class (no slot holds it, not listed) with no free block:
   /// frees may still come.
   DEVMR_HOST_DEVICE bool closed_full() const { return atomic(word).load(relaxed) == class_bits(); }
@@ -132,23 +157,29 @@ struct slab_avail {
     return 0;
   }
 
-  /// Takes `want` blocks of a listed slab that no slot holds, for a claim that would otherwise
-  /// wait for its slot's next slab (class_slots::take_direct): the count falls by `want` and
-  /// the slab stays listed, with more than direct_keep blocks. All or nothing: false when the
-  /// slab is not listed for this class, a slot holds it, its count is short, or every one of its
-  /// blocks is free (the free that made it so empties it). acquire: as open_listed's.
-  DEVMR_HOST_DEVICE bool claim_listed(std::uint32_t want) const {
+  /// Takes `want` blocks of a slab that no slot holds, for a claim that would otherwise wait for
+  /// its slot's next slab (class_slots::take_direct): the count falls by `want` and the slab stays
+  /// where it is. `listed`: from a listed slab, which keeps more than direct_keep blocks for the
+  /// slot that opens it next; else from a slab closed below the listing threshold, which keeps
+  /// none (no slot opens it while frees can still list it). All or nothing: `gone` when the slab
+  /// is no longer in that place in this class (a slot holds it, or it moved, or left the class),
+  /// `refused` when its count is short or every one of its blocks is free (the free that made it
+  /// so empties it). acquire: as open_listed's.
+  DEVMR_HOST_DEVICE direct_claim claim_direct(std::uint32_t want, bool listed) const {
     auto w = atomic(word);
+    std::uint32_t const place = (listed ? avail_listed : 0u) | class_bits();
+    std::uint32_t const least = listed ? want + direct_keep(blocks) + 1 : want;
     std::uint32_t seen = w.load(relaxed);
     for (;;) {
       std::uint32_t const count = seen & avail_count_mask;
-      if ((seen & (avail_open | avail_listed | avail_class_mask)) !=
-              (avail_listed | class_bits()) ||
-          count >= blocks || count <= want + direct_keep(blocks)) {
-        return false;
+      if ((seen & (avail_open | avail_listed | avail_class_mask)) != place) {
+        return direct_claim::gone;
+      }
+      if (count >= blocks || count < least) {
+        return direct_claim::refused;
       }
       if (w.compare_exchange_weak(seen, seen - want, acquire, relaxed)) {
-        return true;
+        return direct_claim::taken;
       }
     }
   }

@@ -33,10 +33,13 @@ class slab_supply : public heap_view {
  public:
   using heap_view::heap_view;
 
-  /// Marks the run at `id` (a freed large block) free and puts it on its stack.
-  DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned hint) const {
+  /// Marks the run at `id` (a freed large block) free and puts it on its stack: its slabs are
+  /// back in the supply (out_count).
+  DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned) const {
     atomic(meta(id).state).store(make_state(tag_free, 0), relaxed);
-    push(id, hint);
+    std::uint32_t const length = atomic(meta(id).length).load(relaxed);
+    atomic(out_count(arena_of(id))).fetch_sub(length, relaxed);
+    push_chain(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)], id, id);
   }
 
   /// One slab from anywhere but the fresh slabs, for a caller that found this hint's shard
@@ -400,6 +403,13 @@ class slab_supply : public heap_view {
   /// Word `w` of arena `a`'s bitmap of empty slabs (of its summary, from bitmap_words(a) on).
   DEVMR_HOST_DEVICE std::uint64_t& empty_word(std::uint32_t a, std::uint64_t w) const {
     return read_only(h_->arenas[a].empty_bits)[empty_word_index(w)];
+  }
+
+  /// Slabs of arena `a` out of the supply (see heap_slabs::roomy): the second word of the line of
+  /// the first word of its bitmap of empty slabs, so that a mark and the count's change address
+  /// one arena entry.
+  DEVMR_HOST_DEVICE std::uint64_t& out_count(std::uint32_t a) const {
+    return read_only(h_->arenas[a].empty_bits)[1];
   }
 
   /// Words of arena `a`'s bitmap of empty slabs (its summary follows them).

@@ -39,7 +39,7 @@ class slab_supply : public heap_view {
     atomic(meta(id).state).store(make_state(tag_free, 0), relaxed);
     std::uint32_t const length = atomic(meta(id).length).load(relaxed);
     atomic(out_count(arena_of(id))).fetch_sub(length, relaxed);
-    push_chain(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)], id, id);
+    push_run(id, length);
   }
 
   /// One slab from anywhere but the fresh slabs, for a caller that found this hint's shard
@@ -543,7 +543,11 @@ class slab_supply : public heap_view {
   /// Single slabs go to a shard chosen by their id, not by the pushing SM: an SM's warps that
   /// recycle slabs at the same moment then meet on different words.
   DEVMR_HOST_DEVICE void push(std::uint32_t id, unsigned) const {
-    std::uint32_t const length = atomic(meta(id).length).load(relaxed);
+    push_run(id, atomic(meta(id).length).load(relaxed));
+  }
+
+  /// The same, where the caller read the run's length already.
+  DEVMR_HOST_DEVICE void push_run(std::uint32_t id, std::uint32_t length) const {
     push_chain(length == 1 ? shard_head(index_of(id)) : h_->free_runs[floor_log2(length)], id, id);
   }
 

@@ -386,7 +386,8 @@ std::string size_label(unsigned size_arg) {
 struct options {
   bool quick = false;
   bool no_malloc = false;
-  unsigned rounds = 0;  ///< 0: the default (60, --quick 20)
+  bool round_times = false;  ///< --round-times
+  unsigned rounds = 0;       ///< 0: the default (60, --quick 20)
   double devmr_budget_ms = default_devmr_budget_ms;
   std::uint64_t seed = default_seed;
   std::vector<row_spec> only;  ///< --row
@@ -397,9 +398,10 @@ struct options {
   std::fprintf(
       status == 0 ? stdout : stderr,
       "usage: %s [--quick] [--no-malloc] [--rounds N] [--seed S] [--devmr-budget SECONDS]\n"
-      "          [--row HEAP:LIVE:SIZE]...\n"
+      "          [--row HEAP:LIVE:SIZE]... [--round-times]\n"
       "  --quick             512 MiB rows only, 20 rounds\n"
       "  --no-malloc         leave out CUDA's device malloc\n"
+      "  --round-times       after the table, each row's kernel time of every round (ms)\n"
       "  --rounds N          rounds per row (default 60; 1 to 65535)\n"
       "  --seed S            the hash's seed (default %llu)\n"
       "  --devmr-budget S    devmr's kernel time per row in seconds (default %.0f; above 0, at "
@@ -941,6 +943,24 @@ void print_table(std::vector<row_result> const& rows) {
   }
 }
 
+/// Each row's kernel time of every round it counted, in order (--round-times).
+void print_round_times(std::vector<row_result> const& results) {
+  std::printf("\nround times (ms, round 0 first):\n");
+  for (row_result const& r : results) {
+    for (auto const* run : {&r.devmr, &r.malloc}) {
+      if (run->round_ms.empty()) {
+        continue;
+      }
+      std::printf("%s %u%% %s %s:", heap_label(r.spec.heap_bytes).c_str(), r.spec.live_percent,
+                  size_label(r.spec.size_arg).c_str(), run == &r.devmr ? "devmr" : "malloc");
+      for (float const ms : run->round_ms) {
+        std::printf(" %.4f", static_cast<double>(ms));
+      }
+      std::printf("\n");
+    }
+  }
+}
+
 int run(options const& opts) {
   int devices = 0;
   cudaError_t const status = cudaGetDeviceCount(&devices);
@@ -1009,6 +1029,9 @@ int run(options const& opts) {
       bad += results.back().devmr.bad_blocks() + results.back().malloc.bad_blocks();
     }
     print_table(results);
+    if (opts.round_times) {
+      print_round_times(results);
+    }
     std::printf(
         "\nthreads n = live share x heap / (2 x mean block size), 4 slots each; slot j toggles "
         "with probability 2^-(j+1) per round. allocations: allocate calls; failed%%: of them; "
@@ -1048,6 +1071,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--no-malloc") {
       opts.no_malloc = true;
       opts.flags += " --no-malloc";
+    } else if (arg == "--round-times") {
+      opts.round_times = true;
+      opts.flags += " --round-times";
     } else if (arg == "--rounds" && has_value) {
       auto const n = parse_count(argv[++a]);
       if (!n || *n == 0 || *n > max_rounds) {

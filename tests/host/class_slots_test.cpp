@@ -720,6 +720,85 @@ TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again",
   CHECK(heap.bad_blocks == 0);
 }
 
+TEST_CASE("a slot opens its used-up slab again, fresh, once every block of it is free",
+          "[reuse][slots][renew]") {
+  test_heap heap{4, 1};
+  heap.memory.roomy = true;
+  std::vector<std::uint32_t> got;
+  // Class 3: 128 blocks a slab. Slab 0, used up exactly; the slot still holds it.
+  REQUIRE(heap.allocate(3, 0, 128, 1, got) == 128);
+  REQUIRE(heap.memory.out == 1);
+  // Every block freed while the slot holds it: the next claim opens it again, fresh (its blocks
+  // in order from the first), with no slab taken from the supply and none emptied.
+  for (std::uint32_t key : got) {
+    heap.free(3, key, 1, 0);
+  }
+  std::vector<std::uint32_t> again;
+  REQUIRE(heap.allocate(3, 0, 128, 2, again) == 128);
+  for (std::uint32_t i = 0; i < 128; ++i) {
+    CHECK(again[i] == i);
+  }
+  CHECK(heap.memory.out == 1);
+  CHECK(heap.memory.empties == 0);
+  // Its bitmap was cleared for the blocks to go out in order: every bit clear, a block in use.
+  for (std::uint32_t w = 0; w < 128 / bitmap_word_bits; ++w) {
+    CHECK(heap.memory.bits[w] == 0u);
+  }
+  // One block still out: the slot gives the slab up (listed, with 127 free) and a roomy heap
+  // installs an empty slab.
+  for (std::uint32_t key : again) {
+    if (key != 77) {
+      heap.free(3, key, 2, 0);
+    }
+  }
+  std::vector<std::uint32_t> next;
+  REQUIRE(heap.allocate(3, 0, 1, 3, next) == 1);
+  CHECK(next[0] / 1024 == 1u);
+  CHECK(heap.memory.out == 2);
+  CHECK((heap.memory.avail[0] & avail_listed) != 0);
+  CHECK((heap.memory.avail[0] & avail_count_mask) == 127u);
+  CHECK(heap.double_handouts == 0);
+  CHECK(heap.bad_blocks == 0);
+}
+
+TEST_CASE("a renewal that loses its slot to another thread gives the slab's blocks back",
+          "[reuse][slots][renew]") {
+  for (bool const slot_changed_first : {true, false}) {
+    CAPTURE(slot_changed_first);
+    test_heap heap{4, 1};
+    std::vector<std::uint32_t> got;
+    REQUIRE(heap.allocate(3, 0, 128, 1, got) == 128);  // slab 0, used up, in the slot
+    for (std::uint32_t key : got) {
+      heap.free(3, key, 1, 0);
+    }
+    std::uint64_t const used_up = heap.words[3];
+    slab_avail const avail = heap.slots.avail(0, 3);
+    if (slot_changed_first) {
+      // The slot gives the slab up (as a release of slots does) before the renewal's exchange:
+      // the slab left its class, and the renewal finds it so.
+      heap.slots.vacate(3, 0, 0);
+      CHECK(heap.memory.empties == 1);
+      CHECK_FALSE(avail.renew());
+      CHECK(heap.slots.renew(3, 0, used_up + 1, 1).id == no_slab);
+      continue;
+    }
+    // The slot changed (another opening of the slab, not used up) after the renewal took the
+    // count: the count comes back as frees, every block, and the slab stays open in the slot.
+    heap.words[3] = make_class_slot(0, 128, true, 5);
+    CHECK(heap.slots.renew(3, 0, used_up + 1, 1).id == no_slab);
+    CHECK((heap.memory.avail[0] & avail_count_mask) == 128u);
+    CHECK((heap.memory.avail[0] & avail_open) != 0);
+    // Used up again, as it was: the renewal is published.
+    heap.words[3] = used_up;
+    block_claim const won = heap.slots.renew(3, 0, used_up + 1, 1);
+    CHECK(won.id == 0u);
+    CHECK(won.count == 1u);
+    CHECK(won.fresh);
+    CHECK(slot_claimed(heap.words[3]) == 1u);
+    CHECK(slot_promised(heap.words[3]) == 128u);
+  }
+}
+
 TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[reuse][slots]") {
   test_heap heap{2, 1};
   std::vector<std::uint32_t> got;

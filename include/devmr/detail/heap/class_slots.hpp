@@ -18,7 +18,9 @@
 // wait for the install, but only for a bounded time: then one of them takes the install over, so
 // that a descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot
 // closes it: the blocks promised and never claimed go back to its count (slab_avail), after which
-// frees list it for reuse, or empty it for any class.
+// frees list it for reuse, or empty it for any class. A slab used up whose blocks were all freed
+// while it sat in its slot (a kernel freed what the one before it allocated) is not swapped
+// out: the install opens it again, fresh, where it is (renew).
 //
 // A slot installs from its class's list first and from the heap's empty slabs after, so that
 // freed blocks are handed out again before new slabs are taken: a heap whose live blocks stay
@@ -231,7 +233,63 @@ class class_slots {
       out_of_line<&class_slots::install>(*this, cls, slot, 0u, hint);
       return served(seen, want, cls);
     }
-    return install(cls, slot, want, hint);
+    if (!slot_just_used_up(seen)) {
+      return install(cls, slot, want, hint);  // vacant
+    }
+    // The slab sat used up in its slot: if every one of its blocks was freed since, it opens
+    // again, fresh, where it is; else the install goes on with what renew read.
+    block_claim const again = out_of_line<&class_slots::renew>(*this, cls, slot, seen + want, want);
+    if (again.id != no_slab) {
+      return again;
+    }
+    return install_seeing(cls, slot, want, hint, again.first != 0);
+  }
+
+  /// Opens again, fresh, the slab of slot `slot` of class `cls` that its claims used up (`now`:
+  /// a value of the slot since then, which names it), if every one of its blocks was freed since
+  /// it was opened (slab_avail::renew), with the first `want` blocks claimed for the caller: its
+  /// bitmap cleared where the heap hands fresh blocks out in order, the slot word exchanged. The
+  /// slab never leaves its slot: no close, no list, no search of the supply. Else no_claim (id
+  /// no_slab) with `first` what Slabs::roomy said, for the install that follows: the exchange
+  /// of the count travels beside that load, where it would otherwise hold the install up by a
+  /// round trip. Also no_claim when the slot changed before the slab was published again
+  /// (another thread gave it up): its blocks come back as frees. A slow path: called out of
+  /// line.
+  DEVMR_HOST_DEVICE block_claim renew(unsigned cls,
+                                      unsigned slot,
+                                      std::uint64_t now,
+                                      std::uint32_t want) const {
+    std::uint32_t const id = slot_id(now);
+    bool const renewed = avail(id, cls).renew();
+    bool const roomy = slabs_.roomy();
+    if (!renewed) {
+      return {no_slab, roomy ? 1u : 0u, 0, false};
+    }
+    slab_avail::renew_settled();
+    std::uint32_t const promised = slabs_.blocks(cls);
+    bool const fresh = slabs_.bump_fresh();
+    if (fresh) {
+      bitmap(id, cls).clear();  // else its blocks go out from its bits, all set (all free)
+    }
+    width_.use(cls);
+    std::uint32_t const mine = want < promised ? want : promised;
+    auto w = atomic(word(cls, slot));
+    // The opening that the claims used up, not a later one: the same id, promise and kind.
+    std::uint64_t const opening = now & ~std::uint64_t{slot_field_mask};
+    while ((now & ~std::uint64_t{slot_field_mask}) == opening && slot_used_up(now)) {
+      // acq_rel: as install's exchange.
+      if (w.compare_exchange_weak(now, make_class_slot(id, promised, fresh, mine), acq_rel,
+                                  relaxed)) {
+        return {id, 0, mine, fresh};
+      }
+    }
+    // Whoever gave the slab up closed it with none of its blocks counted free, so that nobody
+    // takes from it: they come back as frees, their bits first.
+    if (fresh) {
+      bitmap(id, cls).give_range(0, promised);
+    }
+    count_freed(id, cls, promised, slot);
+    return {no_slab, roomy ? 1u : 0u, 0, false};
   }
 
   /// True when a claim of `want` blocks of class `cls` that its addition did not serve in full
@@ -336,11 +394,16 @@ class class_slots {
                                                           unsigned slot,
                                                           std::uint32_t want,
                                                           unsigned hint) const {
+    return install_seeing(cls, slot, want, hint, slabs_.roomy());
+  }
+
+  /// install, with `roomy` what Slabs::roomy said (the caller read it).
+  DEVMR_HOST_DEVICE DEVMR_FORCEINLINE block_claim
+  install_seeing(unsigned cls, unsigned slot, std::uint32_t want, unsigned hint, bool roomy) const {
     std::uint32_t promised = 0;
     bool fresh = false;
     // A roomy heap gives the slot an empty slab rather than a listed one with few free blocks.
-    std::uint32_t id =
-        slabs_.roomy() ? out_of_line<&class_slots::take_roomy>(*this, cls, hint) : no_slab;
+    std::uint32_t id = roomy ? out_of_line<&class_slots::take_roomy>(*this, cls, hint) : no_slab;
     if (id != no_slab) {
       hold_in_flight();
     } else if (id = take_listed(cls, hint, promised); id != no_slab) {

@@ -157,6 +157,23 @@ struct slab_avail {
     return 0;
   }
 
+  /// Opens again, fresh, a slab that the caller's slot holds with its promise used up, if every
+  /// one of its blocks was freed since it was opened (a kernel that freed what the one before it
+  /// allocated): true when it did, and every block is the new promise. One exchange, relaxed, so
+  /// that it does not hold up the loads that follow it while it travels (renew_settled orders
+  /// it where it succeeds).
+  DEVMR_HOST_DEVICE bool renew() const {
+    std::uint32_t full = avail_open | class_bits() | blocks;
+    return atomic(word).compare_exchange_strong(full, avail_open | class_bits(), relaxed, relaxed);
+  }
+
+  /// What a successful renew needs before the slab's blocks go out again: the frees that it
+  /// counted (their bits, and their blocks' last writes) happen before, as open_listed's acquire
+  /// gives.
+  DEVMR_HOST_DEVICE static void renew_settled() {
+    cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
+  }
+
   /// Takes `want` blocks of a slab that no slot holds, for a claim that would otherwise wait for
   /// its slot's next slab (class_slots::take_direct): the count falls by `want` and the slab stays
   /// where it is. `listed`: from a listed slab, which keeps more than direct_keep blocks for the

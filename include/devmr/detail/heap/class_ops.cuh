@@ -118,7 +118,11 @@ __device__ std::byte* warp_allocate(
 /// the lanes of its warp that free blocks of the same bitmap word: one OR and one addition for
 /// them all, by the first of them. Every active lane calls it. `callers`: the lanes that passed a
 /// warp barrier together since the last use of their blocks, and then each issued a release
-/// fence (device_deallocate), so that the OR and the addition need no release of their own.
+/// fence (device_deallocate), so that the OR needs no release of its own: a claim that takes the
+/// bits acquires the blocks' last writes through the word. The addition is a release all the
+/// same, which orders the OR before it: whoever sees the count sees the bits. A renewal, or the
+/// format of an emptied slab, clears the bitmap once the count says every block is free, and an
+/// OR that landed after that clear would mark a block that the slab hands out again as free.
 /// Peers that did not pass that barrier together (the warp came together again in between,
 /// which the hardware may do; every peer then sees it, as lanes that passed it together have the
 /// same `callers`) meet at a barrier of their own and fence again.
@@ -144,7 +148,7 @@ __device__ void warp_free(class_slots<Slabs> const& slots,
   }
   if (valid && (peers & below) == 0) {
     slots.bitmap(id, cls).give(w, mask, relaxed);
-    slots.count_freed(id, cls, __popc(mask), hint, relaxed);
+    slots.count_freed(id, cls, __popc(mask), hint);
   }
 }
 

@@ -365,13 +365,12 @@ class class_slots {
   }
 
   /// Counts `n` blocks of slab `id` (class `cls`) freed, whose bits the caller set: lists or
-  /// empties the slab when the count says so. `order` as for slab_avail::free.
+  /// empties the slab when the count says so (a release: slab_avail::free).
   DEVMR_HOST_DEVICE void count_freed(std::uint32_t id,
                                      unsigned cls,
                                      std::uint32_t n,
-                                     unsigned hint,
-                                     cuda::std::memory_order order = release) const {
-    act(avail(id, cls).free(n, order), id, cls, hint);
+                                     unsigned hint) const {
+    act(avail(id, cls).free(n), id, cls, hint);
   }
 
   /// Frees block `block` of slab `id` (class `cls`).

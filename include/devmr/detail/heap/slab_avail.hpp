@@ -203,11 +203,11 @@ struct slab_avail {
 
   /// Adds `n` freed blocks to the count; the bits of the blocks are set already. release: the
   /// bits, and the blocks' last writes, happen before the use of whoever takes the count (a
-  /// slot's open_listed, or the thread that empties the slab); relaxed where the caller issued a
-  /// release fence since those writes.
-  DEVMR_HOST_DEVICE avail_event free(std::uint32_t n,
-                                     cuda::std::memory_order order = release) const {
-    return settle(atomic(word).fetch_add(n, order) + n);
+  /// slot's open_listed, a renewal, or the thread that empties the slab). A fence issued before
+  /// the bits were set would not do: the count could then say a block is free before its bit
+  /// arrives, and a renewal or a format clears the bitmap on the count's word.
+  DEVMR_HOST_DEVICE avail_event free(std::uint32_t n) const {
+    return settle(atomic(word).fetch_add(n, release) + n);
   }
 
   /// Closes the slab, which the caller swapped out of its slot: `unused`, the blocks the slot

@@ -56,15 +56,20 @@ struct block_bitmap {
   }
 
   /// Frees blocks [first, last): those of a slab that its slot never handed out, when the slot
-  /// gives the slab up.
+  /// gives the slab up, or every block of a slab (a checked heap's format, a renewal that lost
+  /// its slot). One release fence, then an OR a word with nothing to wait for: a release on each
+  /// OR would make each wait for the one before (2048 of them for a slab of 16-byte blocks).
+  /// Whoever counts the blocks then does so with a release (slab_avail::close and free), or
+  /// publishes the slab with one (a slot's exchange).
   DEVMR_HOST_DEVICE void give_range(std::uint32_t first, std::uint32_t last) const {
+    cuda::atomic_thread_fence(release, cuda::thread_scope_device);
     while (first < last) {
       std::uint32_t const w = first / bitmap_word_bits;
       std::uint32_t const low = first % bitmap_word_bits;
       std::uint32_t const end = last - w * bitmap_word_bits;
       std::uint32_t const high = end >= bitmap_word_bits ? bitmap_word_bits : end;
       std::uint32_t const below_high = high == bitmap_word_bits ? ~0u : (1u << high) - 1;
-      give(w, below_high & ~((1u << low) - 1));
+      give(w, below_high & ~((1u << low) - 1), relaxed);
       first = w * bitmap_word_bits + high;
     }
   }

@@ -123,9 +123,11 @@ __device__ std::byte* warp_allocate(
 /// same, which orders the OR before it: whoever sees the count sees the bits. A renewal, or the
 /// format of an emptied slab, clears the bitmap once the count says every block is free, and an
 /// OR that landed after that clear would mark a block that the slab hands out again as free.
-/// Peers that did not pass that barrier together (the warp came together again in between,
-/// which the hardware may do; every peer then sees it, as lanes that passed it together have the
-/// same `callers`) meet at a barrier of their own and fence again.
+/// Where the lanes here did not all pass that barrier together, the peers meet at a barrier of
+/// their own and fence again. One vote of every lane here decides it for all of them: lanes of a
+/// warp need not run in step, and a lane may meet here a peer that passed that barrier with it
+/// in another free (an earlier one of its own), so that one counts the other among its callers
+/// and the other does not; decided by each lane alone, one would wait at the barrier for ever.
 template <class Slabs>
 __device__ void warp_free(class_slots<Slabs> const& slots,
                           std::uint32_t id,
@@ -135,6 +137,7 @@ __device__ void warp_free(class_slots<Slabs> const& slots,
                           unsigned hint,
                           unsigned callers) {
   unsigned const active = __activemask();
+  bool const apart = __any_sync(active, (active & ~callers) != 0);
   unsigned const below = lanes_below();
   std::uint32_t const w = block / bitmap_word_bits;
   // Lanes with nothing to free match on a value of their own, which no (slab, word) takes.
@@ -142,7 +145,7 @@ __device__ void warp_free(class_slots<Slabs> const& slots,
       valid ? (static_cast<unsigned long long>(id) << 16) | w : ~0ull - __popc(below);
   unsigned const peers = __match_any_sync(active, key);
   std::uint32_t const mask = __reduce_or_sync(peers, valid ? 1u << (block % bitmap_word_bits) : 0u);
-  if ((peers & ~callers) != 0) {
+  if (apart) {
     __syncwarp(peers);
     release_fence();
   }

@@ -234,9 +234,10 @@ struct slab_avail {
         if ((now & avail_listed) != 0) {
           return avail_event::full_listed;
         }
-        // Every block free and none promised: nobody else can touch the slab. acq_rel: the
-        // frees of every block (and their bits) happen before the slab's next format.
-        if (w.compare_exchange_weak(now, avail_open | avail_no_class, acq_rel, relaxed)) {
+        // Every block free and none promised: nobody else can touch the slab. acquire: the
+        // frees of every block (and their bits) happen before the slab's next format, whose
+        // taker acquires them through the release that hands the slab on (Slabs::give_empty).
+        if (w.compare_exchange_weak(now, avail_open | avail_no_class, acquire, relaxed)) {
           return avail_event::emptied;
         }
         continue;
@@ -251,13 +252,14 @@ struct slab_avail {
   }
 
   /// Takes a listed slab whose blocks are all free, once the caller took it off its class's list
-  /// (full_listed); false when a slot opened it first.
+  /// (full_listed); false when a slot opened it first. No fence before the CAS: the load travels
+  /// beside the caller's erase from the list, and the CAS goes as soon as it returns.
   DEVMR_HOST_DEVICE bool take_full() const {
     auto w = atomic(word);
     std::uint32_t seen = w.load(relaxed);
     while ((seen & avail_open) == 0 && (seen & avail_count_mask) == blocks) {
-      // acq_rel: as settle's, for an emptied slab.
-      if (w.compare_exchange_weak(seen, avail_open | avail_no_class, acq_rel, relaxed)) {
+      // acquire: as settle's, for an emptied slab.
+      if (w.compare_exchange_weak(seen, avail_open | avail_no_class, acquire, relaxed)) {
         return true;
       }
     }

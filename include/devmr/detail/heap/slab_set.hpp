@@ -79,8 +79,9 @@ struct slab_set {
   DEVMR_HOST_DEVICE void bare(std::uint32_t w) const {
     std::uint32_t const s = w / bitmap_word_bits;
     std::uint32_t const bit = 1u << (w % bitmap_word_bits);
-    // acq_rel: orders the clear before the look at the word that follows.
-    std::uint32_t const was = atomic(summary(s)).fetch_and(~bit, acq_rel);
+    // acquire: the look at the word that follows comes after the clear; and where the clear
+    // replaced the summary bit of a member's insert (mark_word, a release), it sees that member.
+    std::uint32_t const was = atomic(summary(s)).fetch_and(~bit, acquire);
     if (atomic(words[w]).load(relaxed) != 0) {
       mark_word(w);
       return;
@@ -88,7 +89,7 @@ struct slab_set {
     if (was == bit) {
       std::uint32_t const t = s / bitmap_word_bits;
       std::uint32_t const top_bit = 1u << (s % bitmap_word_bits);
-      atomic(top(t)).fetch_and(~top_bit, acq_rel);
+      atomic(top(t)).fetch_and(~top_bit, acquire);  // acquire: as for the summary word
       if (atomic(summary(s)).load(relaxed) != 0) {
         atomic(top(t)).fetch_or(top_bit, release);
       }

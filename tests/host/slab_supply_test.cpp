@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -77,6 +78,59 @@ TEST_CASE("free slabs in a row merge into a run; a longer run is split", "[suppl
   CHECK(s.search_run(4, 0) == run);
   CHECK(s.search_run(2, 0) == run + 4);
   CHECK(s.search_run(2, 0) == no_slab);
+}
+
+TEST_CASE("threads popping and pushing one stack never take a slab twice", "[supply][threads]") {
+  // Every thread pops and pushes one stack word, so that pops often lose their CAS and retry
+  // from the head another thread left: a retry must read the next link of the slab now on top.
+  supply_fixture f{{256}};
+  slab_supply const s = f.supply();
+  std::uint64_t stack = empty_stack;
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    s.push_chain(stack, make_slab_id(0, i), make_slab_id(0, i));
+  }
+  std::vector<std::atomic<int>> owner(256);
+  std::atomic<int> twice{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::uint32_t> held;
+      for (int i = 0; i < 100000; ++i) {
+        if (held.size() < 4 && i % 3 != 2) {
+          std::uint32_t const id = s.pop(stack);
+          if (id == no_slab) {
+            continue;
+          }
+          if (owner[index_of(id)].exchange(t + 1) != 0) {
+            ++twice;
+          }
+          held.push_back(id);
+        } else if (!held.empty()) {
+          std::uint32_t const id = held.back();
+          held.pop_back();
+          owner[index_of(id)].store(0);
+          s.push_chain(stack, id, id);
+        }
+      }
+      for (std::uint32_t id : held) {
+        owner[index_of(id)].store(0);
+        s.push_chain(stack, id, id);
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  CHECK(twice == 0);
+  // Every slab is on the stack once.
+  std::vector<int> seen(256);
+  std::uint32_t popped = 0;
+  for (std::uint32_t id = s.pop(stack); id != no_slab && popped <= 256; id = s.pop(stack)) {
+    ++seen[index_of(id)];
+    ++popped;
+  }
+  CHECK(popped == 256);
+  CHECK(std::count(seen.begin(), seen.end(), 1) == 256);
 }
 
 TEST_CASE("threads taking and returning single slabs never share one", "[supply][threads]") {

@@ -222,6 +222,26 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   CHECK(avail.take_full());
 }
 
+TEST_CASE("every block of a listed slab freed while a slot holds it waits for the slot's close",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail{word, 64, 2};  // threshold 8
+  avail.open_fresh();
+  CHECK(avail.free(20) == avail_event::none);
+  CHECK(avail.close(0) == avail_event::listed);
+  // The free of its last block finds it listed; before that free takes it, a slot opens it.
+  CHECK(avail.free(44) == avail_event::full_listed);
+  CHECK(avail.open_listed() == 48);
+  // The slot's claims take their 48 blocks and free them all while the slot holds the slab:
+  // every block is free, but the slab is the slot's, which closes it.
+  CHECK(avail.free(48) == avail_event::none);
+  CHECK(word == (avail_open | 2u << avail_class_shift | 64u));
+  CHECK_FALSE(avail.take_full());
+  CHECK(word == (avail_open | 2u << avail_class_shift | 64u));
+  CHECK(avail.close(0) == avail_event::emptied);
+  CHECK(word == (avail_open | avail_no_class));
+}
+
 TEST_CASE("a slab closed below the threshold opens for a class short of slabs, every block",
           "[reuse][avail]") {
   std::uint32_t word = 0;
@@ -463,6 +483,40 @@ TEST_CASE("threads adding and taking slabs of a set lose none and take none twic
   }
   CHECK(count == members / 2);
   CHECK(set.top(0) == 0u);
+}
+
+TEST_CASE("threads taking and adding members of a few words leave every member in sight",
+          "[reuse][set][threads]") {
+  // Two members a word in two words: a take that leaves a word bare clears its summary bit
+  // while other threads add members back to that word, whose adds found the bit still set and
+  // set none. The clear must look at the word again, or such a member stays in the set where no
+  // search finds it.
+  std::uint32_t const members = 4096;
+  std::vector<std::uint32_t> words(slab_set_words(members), 0);
+  slab_set const set{words.data(), bitmap_words_for(members)};
+  std::vector<std::uint32_t> const in{0, 1, 32, 33};
+  for (std::uint32_t m : in) {
+    set.insert(m);
+  }
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < (under_tsan ? 20000 : 200000); ++i) {
+        if (std::uint32_t const m = set.take(t % 2); m != no_member) {
+          set.insert(m);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  std::vector<std::uint32_t> got;
+  for (std::uint32_t m = set.take(0); m != no_member; m = set.take(0)) {
+    got.push_back(m);
+  }
+  std::sort(got.begin(), got.end());
+  CHECK(got == in);
 }
 
 // ---- class_slots over small slabs --------------------------------------------------------------
@@ -1036,6 +1090,19 @@ TEST_CASE("an SM's odd warps claim through a second slot only where the class ha
     CHECK(narrow.slot_of(1, claim_hint(sm, 1)) == narrow.slot_of(1, claim_hint(sm, 0)));
     CHECK(narrow.slot_of(1, claim_hint(sm, 1)) <= 7u);
   }
+}
+
+TEST_CASE("a listed slab whose blocks are all freed leaves its class's list", "[reuse][slots]") {
+  test_heap heap{2, 1};
+  std::vector<std::uint32_t> blocks;
+  REQUIRE(heap.allocate(0, 0, 1024, 1, blocks) == 1024);  // slab 0, 16 B blocks
+  heap.slots.vacate(0, 0, 0);                             // closed with every block out
+  for (std::uint32_t key : blocks) {
+    heap.free(0, key, 1, 0);  // listed at an eighth free, emptied at the last
+  }
+  CHECK(heap.memory.empties == 1);
+  CHECK(heap.slots.slabs().listed(0, 0).find(0) == no_member);
+  CHECK(heap.double_handouts == 0);
 }
 
 TEST_CASE("a slab whose blocks are all freed leaves its class for another", "[reuse][slots]") {

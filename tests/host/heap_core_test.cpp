@@ -401,6 +401,13 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
   // A slab no class or run ever took.
   core.free_one(heap.header().arenas[0].base + 7 * slab_bytes, 0, 256);
   CHECK(counters.invalid_frees == 2);
+  // The first slab past the frontier, whose metadata reads as a class's, as metadata from before
+  // a reset does: not trusted.
+  std::uint64_t const next = heap.header().frontier[0];
+  REQUIRE(next < 7);
+  heap.header().arenas[0].meta[next].state = make_state(4, 0);
+  core.free_one(heap.header().arenas[0].base + next * slab_bytes, 0, 256);
+  CHECK(counters.invalid_frees == 3);
   // Whatever size a free says, the slab's tag says the class.
   core.free_one(blocks[5], 0, 16);
   CHECK(heap.blocks_in_use() == 8);
@@ -410,12 +417,27 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
   core.free_one(large, 0);
   core.free_one(large, 0);
   CHECK(counters.double_frees == 3);
+  // A free of a large block that finds its run's count taken by another free of the same block
+  // (which has not yet retired the run: the tag still says large) is a double free too.
+  void* raced = core.allocate_large(2 * slab_bytes, 0);
+  REQUIRE(raced != nullptr);
+  auto const run =
+      static_cast<std::size_t>(static_cast<std::byte*>(raced) - heap.header().arenas[0].base) /
+      slab_bytes;
+  std::uint32_t& count = heap.header().arenas[0].meta[run].remaining;
+  count = large_run_left;
+  core.free_one(raced, 0);
+  CHECK(counters.double_frees == 4);
+  CHECK(count == large_run_left);
+  count = large_run_count;  // as if that free had not come
+  core.free_one(raced, 0);
+  CHECK(counters.double_frees == 4);
   for (std::size_t i : {0, 1, 2, 4, 6, 7, 8, 9}) {
     core.free_one(blocks[i], 0, 256);
   }
   CHECK(heap.blocks_in_use() == 0);
-  CHECK(counters.double_frees == 3);
-  CHECK(counters.invalid_frees == 2);
+  CHECK(counters.double_frees == 4);
+  CHECK(counters.invalid_frees == 3);
   // The freed blocks come out again, each once.
   std::vector<void*> again = allocate_blocks(core, 4, 10);
   std::sort(again.begin(), again.end());

@@ -445,6 +445,32 @@ TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[hea
   CHECK(heap.blocks_in_use() == 10);
 }
 
+TEST_CASE("a large block gathered from slabs of small blocks is one block to checked frees",
+          "[heap][core]") {
+  host_heap heap{{4}, true};
+  auto core = heap.core();
+  unsigned const cls = 9;
+  std::vector<void*> blocks = allocate_blocks(core, cls, 4 * std::size_t{class_capacity(cls)});
+  REQUIRE(blocks.size() == 4 * std::size_t{class_capacity(cls)});
+  for (void* p : blocks) {
+    core.free_one(p, 0, class_bytes(cls));
+  }
+  auto* large = static_cast<std::byte*>(core.allocate_large(4 * slab_bytes, 0));
+  REQUIRE(large != nullptr);
+  auto const& counters = heap.header().counters;
+  // Inside the block, at the start of each slab after its first: whatever those slabs held
+  // before, the run's body says it is not a block.
+  for (std::size_t i = 1; i < 4; ++i) {
+    core.free_one(large + i * slab_bytes, 0);
+  }
+  CHECK(counters.invalid_frees == 3);
+  CHECK(counters.double_frees == 0);
+  core.free_one(large, 0);
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(counters.invalid_frees == 3);
+  CHECK(counters.double_frees == 0);
+}
+
 TEST_CASE("slabs emptied by small blocks come back as long runs", "[heap][core]") {
   host_heap heap{{16}, false};
   auto core = heap.core();

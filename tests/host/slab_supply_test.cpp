@@ -80,6 +80,86 @@ TEST_CASE("free slabs in a row merge into a run; a longer run is split", "[suppl
   CHECK(s.search_run(2, 0) == no_slab);
 }
 
+TEST_CASE("a run on the stack below a request's serves it only if long enough", "[supply]") {
+  supply_fixture f{{64}};
+  slab_supply const s = f.supply();
+  REQUIRE(s.take_fresh(64, 0) == make_slab_id(0, 0));  // no fresh slab left
+  std::uint32_t const run = make_slab_id(0, 8);
+  atomic(s.meta(run).length).store(5, relaxed);
+  s.retire(run, 0);                      // on the stack of runs of 4 to 7 slabs
+  CHECK(s.search_run(6, 0) == no_slab);  // too short: back on its stack
+  CHECK(s.search_run(5, 0) == run);      // none on the stack of 8 to 15: this one fits
+  CHECK(s.search_run(5, 0) == no_slab);
+}
+
+TEST_CASE("a marked run is a row of marks with no gap; a failed take puts its marks back",
+          "[supply]") {
+  supply_fixture f{{128}};
+  slab_supply const s = f.supply();
+  REQUIRE(s.take_fresh(128, 0) == make_slab_id(0, 0));
+  for (std::uint32_t i : {0u, 1u, 2u, 4u, 5u, 6u, 7u, 8u, 9u}) {
+    f.give_back(make_slab_id(0, i));
+  }
+  CHECK(s.find_marked_run(7) == no_slab);
+  CHECK(s.find_marked_run(6) == make_slab_id(0, 4));
+  // Slabs 60 to 69 but 66, across two words of marks: a take of all ten clears word 0's four
+  // marks, finds slab 66 unmarked in word 1, and puts the four back.
+  for (std::uint32_t i = 60; i < 70; ++i) {
+    if (i != 66) {
+      f.give_back(make_slab_id(0, i));
+    }
+  }
+  CHECK_FALSE(s.take_marked_run(make_slab_id(0, 60), 10));
+  CHECK(s.find_marked_run(6) == make_slab_id(0, 60));
+  CHECK(s.find_marked_run(3) == make_slab_id(0, 0));
+  CHECK(s.find_marked_run(3) == make_slab_id(0, 67));
+  CHECK(s.find_marked_run(1) == no_slab);
+}
+
+TEST_CASE("threads returning and taking the slabs of one word of marks leave every mark in sight",
+          "[supply][threads]") {
+  // A search takes a word's marks at once (take_word), so the word goes bare often while other
+  // threads mark it again: a search that clears the summary bit of a bare word must look at the
+  // word again, or a mark made meanwhile stays where no search through the summary finds it.
+  supply_fixture f{{64}};
+  slab_supply const s = f.supply();
+  REQUIRE(s.take_fresh(64, 0) == make_slab_id(0, 0));
+  for (std::uint32_t i = 0; i < 64; ++i) {
+    f.give_back(make_slab_id(0, i));
+  }
+  std::vector<std::atomic<int>> owner(64);
+  std::atomic<int> twice{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200000; ++i) {
+        // As take_far searches, less its probe at the hint's cursor, which would find a mark
+        // whose word lost its summary bit: the search through the summary alone.
+        auto const hint = static_cast<unsigned>(t);
+        std::uint32_t id = s.take_near(hint);
+        if (std::uint32_t const at = id == no_slab ? s.find_marked_word(hint) : no_slab;
+            at != no_slab) {
+          id = s.take_word(arena_of(at), index_of(at), hint);
+        }
+        if (id == no_slab) {
+          continue;
+        }
+        if (owner[index_of(id)].exchange(t + 1) != 0) {
+          ++twice;
+        }
+        owner[index_of(id)].store(0);
+        f.give_back(id);
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  CHECK(twice == 0);
+  s.mark_all_free();  // the slabs on the shards, marked too
+  CHECK(s.find_marked_run(64) == make_slab_id(0, 0));
+}
+
 TEST_CASE("threads popping and pushing one stack never take a slab twice", "[supply][threads]") {
   // Every thread pops and pushes one stack word, so that pops often lose their CAS and retry
   // from the head another thread left: a retry must read the next link of the slab now on top.

@@ -313,6 +313,22 @@ TEST_CASE("out of memory returns nothing, loses nothing, and recovers after free
   CHECK(core.allocate_small(0, 0, 0) != nullptr);
 }
 
+TEST_CASE("a one-slab large block takes a slab that a slot holds with every block free",
+          "[heap][core]") {
+  host_heap heap{{2}, false};
+  auto core = heap.core();
+  void* a = core.allocate_small(0, 0, 0);  // slab 0, in a slot of class 0
+  void* b = core.allocate_small(5, 0, 0);  // slab 1, in a slot of class 5
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  core.free_one(a, 0, 16);
+  core.free_one(b, 0, 512);
+  // No slab is in the supply; the slots give theirs up, and each leaves its class.
+  void* large = core.allocate_large(slab_bytes, 0);
+  CHECK(large != nullptr);
+  CHECK(heap.blocks_in_use() == 1);
+}
+
 TEST_CASE("a heap slab whose blocks are all freed leaves its class for another", "[heap][core]") {
   host_heap heap{{2}, false};
   auto core = heap.core();

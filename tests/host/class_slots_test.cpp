@@ -842,6 +842,11 @@ TEST_CASE("a renewal that loses its slot to another thread gives the slab's bloc
     CHECK(heap.slots.renew(3, 0, used_up + 1, 1).id == no_slab);
     CHECK((heap.memory.avail[0] & avail_count_mask) == 128u);
     CHECK((heap.memory.avail[0] & avail_open) != 0);
+    // The slot moved on to another slab, used up in turn: the renewal leaves that one there.
+    heap.words[3] = make_class_slot(1, 128, true, 128);
+    CHECK(heap.slots.renew(3, 0, used_up + 1, 1).id == no_slab);
+    CHECK(heap.words[3] == make_class_slot(1, 128, true, 128));
+    CHECK((heap.memory.avail[0] & avail_count_mask) == 128u);
     // Used up again, as it was: the renewal is published.
     heap.words[3] = used_up;
     block_claim const won = heap.slots.renew(3, 0, used_up + 1, 1);

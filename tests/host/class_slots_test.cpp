@@ -1216,6 +1216,73 @@ TEST_CASE("a search that finds nothing looks again while slabs are in flight or 
   }
 }
 
+/// test_slabs that records the count of slabs in flight when an install formats its slab.
+struct watching_slabs : test_slabs {
+  std::uint64_t* in_flight_at_format;
+
+  void format(std::uint32_t id, unsigned c) const {
+    *in_flight_at_format = atomic(m->in_flight).load(relaxed);
+    test_slabs::format(id, c);
+  }
+};
+
+TEST_CASE("an install holds its slab in flight until its slot has it; a close counts a move",
+          "[reuse][slots]") {
+  // A failed search looks again while either count says a slab may come back (final_search).
+  std::uint64_t seen = 0;
+  engine_heap<watching_slabs> heap{2, 1, &seen};
+  heap.memory.roomy = true;  // an empty slab, through take_roomy
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 10, 1, got) == 10);
+  CHECK(seen == 1);
+  CHECK(heap.memory.in_flight == 0);
+  heap.memory.roomy = false;  // through the supply's take
+  REQUIRE(heap.allocate(2, 0, 10, 1, got) == 10);
+  CHECK(seen == 1);
+  CHECK(heap.memory.in_flight == 0);
+  CHECK(heap.memory.moves == 0);
+  heap.slots.vacate(3, 0, 0);  // 118 blocks free: listed
+  CHECK(heap.memory.moves == 1);
+}
+
+/// test_slabs whose supply has no slab, where another installer puts slab `held`, fresh, in the
+/// slot word at `*slot` with 10 of its blocks claimed, while the last search asks the supply.
+struct publishing_slabs : test_slabs {
+  std::uint64_t** slot;
+  std::uint32_t held;
+  unsigned* asked;
+
+  std::uint32_t take_empty(unsigned hint) const {
+    if (++*asked == 2) {
+      format(held, 3);
+      slab_avail{avail(held), blocks(3), 3}.open_fresh();
+      atomic(**slot).store(make_class_slot(held, blocks(3), true, 10), release);
+    }
+    return test_slabs::take_empty(hint);
+  }
+};
+
+TEST_CASE("an install out of slabs that uses up another slot's slab gives that slot up",
+          "[reuse][slots]") {
+  std::uint64_t* slot = nullptr;
+  unsigned asked = 0;
+  engine_heap<publishing_slabs> heap{1, 2, &slot, 0u, &asked};
+  slot = &heap.slots.word(3, 1);
+  REQUIRE(heap.memory.empty().pop() == 0u);  // the one slab, out of the supply
+  // Slot 0's install finds nothing, its class's reclaim and last search neither; meanwhile slot
+  // 1 got the slab. The install claims from it, more than it has: the 118 left, and slot 1,
+  // used up, is given up (its slab closed), so that the frees of its blocks bring the slab back.
+  block_claim const got = heap.slots.install(3, 0, 200, 0);
+  CHECK(asked == 2);
+  REQUIRE(got.count == 118);
+  CHECK(got.id == 0u);
+  CHECK_FALSE(is_slab(slot_id(heap.slots.word(3, 1))));
+  for (std::uint32_t b = 0; b < 128; ++b) {
+    heap.slots.free_block(0, 3, b, 0);
+  }
+  CHECK(heap.memory.empties == 1);
+}
+
 /// Threads allocating and freeing blocks of every class with mixed lifetimes: each thread keeps
 /// some blocks for the whole run and frees most soon after allocating them, staying within its
 /// share of 80% of the heap for each class. Returns the allocations that failed.

@@ -1216,6 +1216,22 @@ TEST_CASE("a search that finds nothing looks again while slabs are in flight or 
   }
 }
 
+TEST_CASE("a slab closed with every block out stays on the list below for the frees to come",
+          "[reuse][slots]") {
+  test_heap heap{1, 1};
+  std::vector<std::uint32_t> got;
+  REQUIRE(heap.allocate(3, 0, 128, 1, got) == 128);  // the one slab, used up
+  // Out of slabs: the install closes the used-up slab (below the threshold, none free), finds
+  // nothing to open, and the claim fails. The slab stays on the list below.
+  std::vector<std::uint32_t> more;
+  CHECK(heap.allocate(3, 0, 1, 2, more) == 0);
+  for (std::size_t i = 0; i < 3; ++i) {
+    heap.free(3, got[i], 1, 0);  // 3 free: fewer than the 16 that list it
+  }
+  CHECK(heap.allocate(3, 0, 3, 2, more) == 3);  // the class reaches them
+  CHECK(heap.double_handouts == 0);
+}
+
 /// test_slabs that records the count of slabs in flight when an install formats its slab.
 struct watching_slabs : test_slabs {
   std::uint64_t* in_flight_at_format;

@@ -160,6 +160,54 @@ TEST_CASE("threads returning and taking the slabs of one word of marks leave eve
   CHECK(s.find_marked_run(64) == make_slab_id(0, 0));
 }
 
+/// What threads that take slabs and give them back saw.
+struct sharing {
+  int twice;  ///< slabs taken while another thread held them
+  int none;   ///< takes that found no slab
+};
+
+/// Eight threads, `rounds` steps each: two steps in three take a slab with `take(thread)` while
+/// the thread holds fewer than `most`, the others give the last one back with `give(id)`; a
+/// thread gives back what it holds at its end. `index(id)` numbers the slabs below `slabs`.
+template <class Take, class Give, class Index>
+sharing take_and_give(
+    int rounds, std::size_t most, std::size_t slabs, Take take, Give give, Index index) {
+  std::vector<std::atomic<int>> owner(slabs);
+  std::atomic<int> twice{0};
+  std::atomic<int> none{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::uint32_t> held;
+      for (int i = 0; i < rounds; ++i) {
+        if (held.size() < most && i % 3 != 2) {
+          std::uint32_t const id = take(static_cast<unsigned>(t));
+          if (id == no_slab) {
+            ++none;
+            continue;
+          }
+          if (owner[index(id)].exchange(t + 1) != 0) {
+            ++twice;
+          }
+          held.push_back(id);
+        } else if (!held.empty()) {
+          owner[index(held.back())].store(0);
+          give(held.back());
+          held.pop_back();
+        }
+      }
+      for (std::uint32_t id : held) {
+        owner[index(id)].store(0);
+        give(id);
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  return {twice.load(), none.load()};
+}
+
 TEST_CASE("threads popping and pushing one stack never take a slab twice", "[supply][threads]") {
   // Every thread pops and pushes one stack word, so that pops often lose their CAS and retry
   // from the head another thread left: a retry must read the next link of the slab now on top.
@@ -169,39 +217,11 @@ TEST_CASE("threads popping and pushing one stack never take a slab twice", "[sup
   for (std::uint32_t i = 0; i < 256; ++i) {
     s.push_chain(stack, make_slab_id(0, i), make_slab_id(0, i));
   }
-  std::vector<std::atomic<int>> owner(256);
-  std::atomic<int> twice{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<std::uint32_t> held;
-      for (int i = 0; i < 100000; ++i) {
-        if (held.size() < 4 && i % 3 != 2) {
-          std::uint32_t const id = s.pop(stack);
-          if (id == no_slab) {
-            continue;
-          }
-          if (owner[index_of(id)].exchange(t + 1) != 0) {
-            ++twice;
-          }
-          held.push_back(id);
-        } else if (!held.empty()) {
-          std::uint32_t const id = held.back();
-          held.pop_back();
-          owner[index_of(id)].store(0);
-          s.push_chain(stack, id, id);
-        }
-      }
-      for (std::uint32_t id : held) {
-        owner[index_of(id)].store(0);
-        s.push_chain(stack, id, id);
-      }
-    });
-  }
-  for (auto& th : threads) {
-    th.join();
-  }
-  CHECK(twice == 0);
+  sharing const seen_by_threads = take_and_give(
+      100000, 4, 256, [&](unsigned) { return s.pop(stack); },
+      [&](std::uint32_t id) { s.push_chain(stack, id, id); },
+      [](std::uint32_t id) { return index_of(id); });
+  CHECK(seen_by_threads.twice == 0);
   // Every slab is on the stack once.
   std::vector<int> seen(256);
   std::uint32_t popped = 0;
@@ -216,43 +236,12 @@ TEST_CASE("threads popping and pushing one stack never take a slab twice", "[sup
 TEST_CASE("threads taking and returning single slabs never share one", "[supply][threads]") {
   supply_fixture f{{512, 512}};
   slab_supply const s = f.supply();
-  std::vector<std::atomic<int>> owner(2 * 512);
-  auto slot = [](std::uint32_t id) { return arena_of(id) * 512 + index_of(id); };
-  std::atomic<int> twice{0};
-  std::atomic<int> lost{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<std::uint32_t> held;
-      for (int i = 0; i < 20000; ++i) {
-        if (held.size() < 64 && i % 3 != 2) {
-          std::uint32_t const id = devmr_test::take_one(s, f.header(), static_cast<unsigned>(t));
-          if (id == no_slab) {
-            ++lost;  // 8 x 64 held at most: 1024 slabs always leave some
-            continue;
-          }
-          if (owner[slot(id)].exchange(t + 1) != 0) {
-            ++twice;
-          }
-          held.push_back(id);
-        } else if (!held.empty()) {
-          std::uint32_t const id = held.back();
-          held.pop_back();
-          owner[slot(id)].store(0);
-          f.give_back(id);
-        }
-      }
-      for (std::uint32_t id : held) {
-        owner[slot(id)].store(0);
-        f.give_back(id);
-      }
-    });
-  }
-  for (auto& th : threads) {
-    th.join();
-  }
-  CHECK(twice == 0);
-  CHECK(lost == 0);
+  sharing const seen = take_and_give(
+      20000, 64, 2 * 512, [&](unsigned t) { return devmr_test::take_one(s, f.header(), t); },
+      [&](std::uint32_t id) { f.give_back(id); },
+      [](std::uint32_t id) { return arena_of(id) * 512 + index_of(id); });
+  CHECK(seen.twice == 0);
+  CHECK(seen.none == 0);  // 8 x 64 held at most: 1024 slabs always leave some
   // Every slab is back: marked with those on stacks and the fresh ones, they gather into one
   // run per arena.
   s.mark_all_free();

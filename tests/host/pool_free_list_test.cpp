@@ -117,6 +117,20 @@ TEST_CASE("free_list finds an aligned fit past many unaligned candidates", "[poo
   CHECK(block->arena == arena_b);
 }
 
+TEST_CASE("free_list takes an aligned block from the smallest range that holds it",
+          "[pool][free_list]") {
+  free_list list;
+  // Two ranges of 8 KiB, the first unaligned for 64 KiB and the second aligned, and a big one:
+  // the aligned 8 KiB range is the best fit, not the big range.
+  list.insert({arena_a + 256, 8192, arena_a});
+  list.insert({arena_a + 65536, 8192, arena_a});
+  list.insert({arena_b + 256, 256 * 1024, arena_b});
+  auto const block = list.take(8192, 65536);
+  REQUIRE(block);
+  CHECK(block->address == arena_a + 65536);
+  CHECK(list.largest() == 256 * 1024);
+}
+
 TEST_CASE("free_list runs dry and recovers after frees", "[pool][free_list]") {
   free_list list;
   list.insert({arena_a, mib, arena_a});

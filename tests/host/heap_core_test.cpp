@@ -313,6 +313,16 @@ TEST_CASE("out of memory returns nothing, loses nothing, and recovers after free
   CHECK(core.allocate_small(0, 0, 0) != nullptr);
 }
 
+TEST_CASE("a free of the address just past an arena's end is an invalid free", "[heap][core]") {
+  host_heap heap{{2, 2}, false};
+  auto core = heap.core();
+  for (std::uint32_t a = 0; a < 2; ++a) {
+    core.free_one(heap.header().arenas[a].base + 2 * slab_bytes, 0, 256);
+    CHECK(heap.header().counters.invalid_frees == a + 1);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+}
+
 TEST_CASE("a one-slab large block takes a slab that a slot holds with every block free",
           "[heap][core]") {
   host_heap heap{{2}, false};

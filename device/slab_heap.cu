@@ -252,29 +252,18 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
     throw out_of_memory("devmr: growing the heap by " + std::to_string(slabs * hp::slab_bytes) +
                         " bytes would pass heap_options::maximum_bytes");
   }
-  // The metadata and, after it, the bitmap of empty slabs and the lists of slabs to reuse, which
-  // must start out clear; the block bitmaps apart (a slab's is formatted when it takes a class).
-  std::size_t const empty_offset = slabs * sizeof(hp::slab_meta);
-  std::size_t const listed_offset = empty_offset + hp::empty_words(slabs) * sizeof(std::uint64_t);
-  arena_memory a{nullptr,
-                 slabs * hp::slab_bytes,
-                 nullptr,
-                 listed_offset + hp::class_list_words(static_cast<std::uint32_t>(slabs)) *
-                                     sizeof(std::uint32_t),
-                 nullptr,
-                 slabs * hp::block_words_per_slab * sizeof(std::uint32_t)};
+  // The data, and the metadata in one allocation (meta_layout_for), whose bitmap of empty slabs
+  // and lists of slabs to reuse must start out clear.
+  hp::meta_layout const layout = hp::meta_layout_for(slabs);
+  arena_memory a{nullptr, slabs * hp::slab_bytes, nullptr, layout.bytes};
   try {
     a.data = upstream_->allocate(a.data_bytes, hp::slab_bytes);
     a.meta = upstream_->allocate(a.meta_bytes, 256);
-    a.bits = upstream_->allocate(a.bits_bytes, 256);
     // On the legacy stream: the synchronous header copies that publish the arena follow it.
     detail::device_guard const guard{device_};
     DEVMR_CUDA_TRY(
-        cudaMemset(static_cast<std::byte*>(a.meta) + empty_offset, 0, a.meta_bytes - empty_offset));
+        cudaMemset(static_cast<std::byte*>(a.meta) + layout.empty, 0, layout.bytes - layout.empty));
   } catch (...) {
-    if (a.bits != nullptr) {
-      upstream_->deallocate(a.bits, a.bits_bytes, 256);
-    }
     if (a.meta != nullptr) {
       upstream_->deallocate(a.meta, a.meta_bytes, 256);
     }
@@ -283,12 +272,8 @@ void slab_heap<Kind>::add_arena(std::size_t bytes) {
     }
     throw;
   }
-  auto* const meta_bytes = static_cast<std::byte*>(a.meta);
-  hp::add_arena(*image_,
-                hp::arena_desc{static_cast<std::byte*>(a.data), static_cast<hp::slab_meta*>(a.meta),
-                               static_cast<std::uint32_t*>(a.bits),
-                               reinterpret_cast<std::uint32_t*>(meta_bytes + listed_offset),
-                               reinterpret_cast<std::uint64_t*>(meta_bytes + empty_offset), slabs});
+  hp::add_arena(*image_, hp::arena_at(static_cast<std::byte*>(a.data),
+                                      static_cast<std::byte*>(a.meta), slabs));
   arenas_.push_back(a);
 }
 
@@ -450,7 +435,6 @@ void slab_heap<Kind>::destroy() noexcept {
     hp::registry().erase(header_);
   }
   for (auto const& a : arenas_) {
-    upstream_->deallocate(a.bits, a.bits_bytes, 256);
     upstream_->deallocate(a.meta, a.meta_bytes, 256);
     upstream_->deallocate(a.data, a.data_bytes, hp::slab_bytes);
   }

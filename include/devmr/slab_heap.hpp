@@ -150,10 +150,8 @@ class slab_heap {
   struct arena_memory {
     void* data;
     std::size_t data_bytes;
-    void* meta;
+    void* meta;  ///< metadata and block bitmaps (meta_layout_for)
     std::size_t meta_bytes;
-    void* bits;
-    std::size_t bits_bytes;
   };
   void add_arena(std::size_t bytes);
   void destroy() noexcept;

@@ -29,23 +29,16 @@ class host_heap {
     initialize(*header_, checked);
     for (std::uint64_t slabs : arena_slabs) {
       auto* base = static_cast<std::byte*>(std::aligned_alloc(slab_bytes, slabs * slab_bytes));
-      auto* meta = static_cast<slab_meta*>(
-          std::aligned_alloc(alignof(slab_meta), slabs * sizeof(slab_meta)));
-      // Poison what the heap must format lazily: it may not rely on zeroed memory.
-      std::memset(static_cast<void*>(meta), 0xa5, slabs * sizeof(slab_meta));
-      std::size_t const bit_bytes = slabs * block_words_per_slab * sizeof(std::uint32_t);
-      auto* bits = static_cast<std::uint32_t*>(std::aligned_alloc(64, bit_bytes));
-      std::memset(bits, 0xa5, bit_bytes);
-      // The bitmap of empty slabs and the lists are what the heap's owner clears up front.
-      std::size_t const empty_bytes = empty_words(slabs) * sizeof(std::uint64_t);
-      auto* empty = static_cast<std::uint64_t*>(std::aligned_alloc(64, empty_bytes));
-      std::memset(empty, 0, empty_bytes);
-      std::size_t const list_bytes =
-          (class_list_words(static_cast<std::uint32_t>(slabs)) * 4 + 63) / 64 * 64;
-      auto* listed = static_cast<std::uint32_t*>(std::aligned_alloc(64, list_bytes));
-      std::memset(listed, 0, list_bytes);
-      add_arena(*header_, arena_desc{base, meta, bits, listed, empty, slabs});
-      memory_.insert(memory_.end(), {base, meta, bits, empty, listed});
+      // The metadata as slab_heap lays it out (meta_layout_for), poisoned where the heap must
+      // format lazily (the slabs' metadata and block bitmaps: it may not rely on zeroed memory);
+      // the bitmap of empty slabs and the lists are what the heap's owner clears up front.
+      meta_layout const layout = meta_layout_for(slabs);
+      auto* meta =
+          static_cast<std::byte*>(std::aligned_alloc(256, (layout.bytes + 255) / 256 * 256));
+      std::memset(meta, 0xa5, layout.bytes);
+      std::memset(meta + layout.empty, 0, layout.bytes - layout.empty);
+      add_arena(*header_, arena_at(base, meta, slabs));
+      memory_.insert(memory_.end(), {base, meta});
     }
   }
   ~host_heap() {

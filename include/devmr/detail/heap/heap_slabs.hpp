@@ -30,6 +30,41 @@ DEVMR_HOST_DEVICE constexpr std::uint64_t class_list_words(std::uint32_t slabs) 
   return std::uint64_t{2} * num_classes * slab_set_words(slabs);
 }
 
+/// An arena's metadata, one allocation of `bytes` bytes: the slabs' block bitmaps
+/// (arena_desc::block_bits) from its start, which need not start out clear (a slab's is cleared
+/// when it takes a class); at `meta` the slabs' metadata (slab_meta); at `empty` the bitmap of
+/// empty slabs (arena_desc::empty_bits) and at `listed` the lists of slabs to reuse
+/// (arena_desc::listed), which do (from `empty` to the end). The bitmaps lie right before the
+/// metadata, so that a fast path finds arena 0's from the copy of its entry that a slab_ref
+/// carries, with no load of the arena table (heap_slabs::bits).
+struct meta_layout {
+  std::uint64_t meta;
+  std::uint64_t empty;
+  std::uint64_t listed;
+  std::uint64_t bytes;
+};
+
+/// The layout of the metadata of an arena of `slabs` slabs.
+DEVMR_HOST_DEVICE constexpr meta_layout meta_layout_for(std::uint64_t slabs) {
+  std::uint64_t const meta = slabs * block_words_per_slab * sizeof(std::uint32_t);
+  std::uint64_t const empty = meta + slabs * sizeof(slab_meta);
+  std::uint64_t const listed = empty + empty_words(slabs) * sizeof(std::uint64_t);
+  return {meta, empty, listed,
+          listed + class_list_words(static_cast<std::uint32_t>(slabs)) * sizeof(std::uint32_t)};
+}
+
+/// The table entry of an arena of `slabs` slabs at `base`, whose metadata (meta_layout_for) is at
+/// `meta`.
+inline arena_desc arena_at(std::byte* base, std::byte* meta, std::uint64_t slabs) {
+  meta_layout const at = meta_layout_for(slabs);
+  return {base,
+          reinterpret_cast<slab_meta*>(meta + at.meta),
+          reinterpret_cast<std::uint32_t*>(meta),
+          reinterpret_cast<std::uint32_t*>(meta + at.listed),
+          reinterpret_cast<std::uint64_t*>(meta + at.empty),
+          slabs};
+}
+
 /// The slabs of one heap, as class_slots sees them. `first` is arena 0's entry, which the fast
 /// paths carry (a slab_ref holds it), so that most slabs' metadata and memory need no load of
 /// the arena table.
@@ -50,7 +85,17 @@ class heap_slabs {
 
   DEVMR_HOST_DEVICE std::uint32_t blocks(unsigned cls) const { return class_capacity(cls); }
   DEVMR_HOST_DEVICE std::uint32_t& avail(std::uint32_t id) const { return meta(id).avail; }
-  DEVMR_HOST_DEVICE std::uint32_t* bits(std::uint32_t id) const { return supply().block_bits(id); }
+  /// The first word of slab `id`'s block bitmap. Arena 0's follow from the copy of its entry
+  /// (meta_layout): a claim reaches a reused slab's bitmap right after the acquire of its claim,
+  /// which empties the SM's L1, and a free right after its fence, so that a load of the arena
+  /// table there would be a round trip to L2 in the chain of each.
+  DEVMR_HOST_DEVICE std::uint32_t* bits(std::uint32_t id) const {
+    if (lazy_ || arena_of(id) != 0) {
+      return supply().block_bits(id);
+    }
+    return reinterpret_cast<std::uint32_t*>(first_.meta) -
+           (first_.slabs - index_of(id)) * block_words_per_slab;
+  }
   DEVMR_HOST_DEVICE std::byte* data(std::uint32_t id) const {
     return lazy_ ? supply().data(id) : supply().data(id, first_);
   }

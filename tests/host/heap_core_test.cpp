@@ -215,6 +215,13 @@ TEST_CASE("the slow paths see the heap their caller sees, rebuilt from its heade
       CHECK(&again.slabs().avail(id) == &slots.slabs().avail(id));
       CHECK(again.slabs().bits(id) == slots.slabs().bits(id));
     }
+    for (std::uint32_t part = 0; part < 2; ++part) {
+      for (unsigned const cls : {0u, num_classes - 1}) {
+        CHECK(again.slabs().listed(cls, part).words == slots.slabs().listed(cls, part).words);
+        CHECK(again.slabs().below(cls, part).words == slots.slabs().below(cls, part).words);
+        CHECK(again.slabs().listed(cls, part).count == slots.slabs().listed(cls, part).count);
+      }
+    }
     heap_core const core_again = view_handle<heap_core>::view(view_handle<heap_core>::of(core));
     CHECK(core_again.checked() == checked);
     CHECK(core_again.first().base == core.first().base);

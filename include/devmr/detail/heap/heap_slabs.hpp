@@ -133,10 +133,12 @@ class heap_slabs {
   /// bitmap of empty slabs. The thread that emptied it acquired every free of its blocks
   /// (slab_avail::settle); the mark's release passes them on to the search that takes it.
   DEVMR_HOST_DEVICE void give_empty(std::uint32_t id, unsigned) const {
-    slab_supply const s = supply();
+    std::uint32_t const part = arena_of(id);
+    std::uint64_t* const empty = empty_bits(part);
     atomic(meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
-    s.mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64), release);
-    atomic(s.out_count(arena_of(id))).fetch_sub(1, relaxed);
+    slab_supply::mark_in(empty, empty_bitmap_words(slabs_in(part)), index_of(id) / 64,
+                         std::uint64_t{1} << (index_of(id) % 64), release);
+    atomic(empty[1]).fetch_sub(1, relaxed);  // slab_supply::out_count
   }
 
   /// Slab `id`, taken from the supply, is formatted for a class: one more slab out of the supply.
@@ -169,9 +171,35 @@ class heap_slabs {
 
   /// List `index` of part `part`: see class_list_words.
   DEVMR_HOST_DEVICE slab_set list(unsigned index, std::uint32_t part) const {
-    auto const slabs = static_cast<std::uint32_t>(read_only(h_->arenas[part].slabs));
-    return {read_only(h_->arenas[part].listed) + index * slab_set_words(slabs),
-            bitmap_words_for(slabs)};
+    auto const slabs = static_cast<std::uint32_t>(slabs_in(part));
+    return {lists(part) + index * slab_set_words(slabs), bitmap_words_for(slabs)};
+  }
+
+  // What a free that lists or empties a slab needs of its arena's entry: for arena 0, from the
+  // copy of the entry (meta_layout_for), as bits() does, since that free reaches them right after
+  // the acquire that took the slab or the atomics of its count.
+
+  /// Arena `part`'s slabs.
+  DEVMR_HOST_DEVICE std::uint64_t slabs_in(std::uint32_t part) const {
+    return lazy_ || part != 0 ? read_only(h_->arenas[part].slabs) : first_.slabs;
+  }
+  /// Arena `part`'s bitmap of empty slabs (arena_desc::empty_bits).
+  DEVMR_HOST_DEVICE std::uint64_t* empty_bits(std::uint32_t part) const {
+    if (lazy_ || part != 0) {
+      return read_only(h_->arenas[part].empty_bits);
+    }
+    meta_layout const at = meta_layout_for(first_.slabs);
+    return reinterpret_cast<std::uint64_t*>(reinterpret_cast<std::byte*>(first_.meta) +
+                                            (at.empty - at.meta));
+  }
+  /// Arena `part`'s lists of slabs (arena_desc::listed).
+  DEVMR_HOST_DEVICE std::uint32_t* lists(std::uint32_t part) const {
+    if (lazy_ || part != 0) {
+      return read_only(h_->arenas[part].listed);
+    }
+    meta_layout const at = meta_layout_for(first_.slabs);
+    return reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::byte*>(first_.meta) +
+                                            (at.listed - at.meta));
   }
 
   heap_header* h_;

@@ -472,9 +472,18 @@ class slab_supply : public heap_view {
                               std::uint64_t w,
                               std::uint64_t marks,
                               cuda::std::memory_order order = release) const {
-    if (atomic(empty_word(a, w)).fetch_or(marks, order) == 0) {
+    mark_in(read_only(h_->arenas[a].empty_bits), bitmap_words(a), w, marks, order);
+  }
+
+  /// mark, in the bitmap of empty slabs at `empty` (arena_desc::empty_bits) of `words` words.
+  DEVMR_HOST_DEVICE static void mark_in(std::uint64_t* empty,
+                                        std::uint64_t words,
+                                        std::uint64_t w,
+                                        std::uint64_t marks,
+                                        cuda::std::memory_order order = release) {
+    if (atomic(empty[empty_word_index(w)]).fetch_or(marks, order) == 0) {
       // release: whoever sees the summary bit sees the mark.
-      atomic(empty_word(a, bitmap_words(a) + w / 64))
+      atomic(empty[empty_word_index(words + w / 64)])
           .fetch_or(std::uint64_t{1} << (w % 64), release);
     }
   }

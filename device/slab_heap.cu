@@ -58,6 +58,7 @@ __global__ void reset_kernel(heap_header* h) {
   unsigned const t = threadIdx.x;
   for (unsigned a = t; a < max_arenas; a += blockDim.x) {
     h->frontier[a] = 0;
+    h->slabs_out[a].value = 0;
   }
   for (unsigned c = t; c < run_classes; c += blockDim.x) {
     h->free_runs[c] = empty_stack;

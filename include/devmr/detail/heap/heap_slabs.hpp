@@ -138,7 +138,7 @@ class heap_slabs {
     atomic(meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
     slab_supply::mark_in(empty, empty_bitmap_words(slabs_in(part)), index_of(id) / 64,
                          std::uint64_t{1} << (index_of(id) % 64), release);
-    atomic(empty[1]).fetch_sub(1, relaxed);  // slab_supply::out_count
+    atomic(supply().out_count(part)).fetch_sub(1, relaxed);
   }
 
   /// Slab `id`, taken from the supply, is formatted for a class: one more slab out of the supply.
@@ -147,13 +147,17 @@ class heap_slabs {
   }
   /// Whether fewer slabs than the heap's roomy limit are out of the supply (slot_shape::roomy):
   /// then installs take empty slabs first. A hint, read relaxed.
+  /// The limit and arena 0's count are read without waiting for the arena count (every heap has
+  /// arena 0, and an arena not published yet has none out): the three loads travel together, one
+  /// round trip at the head of every install.
   DEVMR_HOST_DEVICE bool roomy() const {
-    std::uint64_t out = 0;
+    std::uint32_t const limit = read_only(h_->slot_widths.roomy);
+    std::uint64_t out = atomic(supply().out_count(0)).load(relaxed);
     std::uint32_t const arenas = read_only(h_->arena_count);
-    DEVMR_ROLLED for (std::uint32_t a = 0; a < arenas; ++a) {
+    DEVMR_ROLLED for (std::uint32_t a = 1; a < arenas; ++a) {
       out += atomic(supply().out_count(a)).load(relaxed);
     }
-    return out < read_only(h_->slot_widths.roomy);
+    return out < limit;
   }
 
   /// Slabs that installs took and have not yet put in their slots (class_slots::final_search).

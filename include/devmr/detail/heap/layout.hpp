@@ -219,7 +219,10 @@ struct heap_header {
                                 ///< slots (a failed search retries while there are some)
   padded_word slab_moves;       ///< slabs that closes put on a list or back in the supply so
                                 ///< far (a failed search retries if this moved while it looked)
-  slot_shape slot_widths;       ///< the slots that each class uses
+  /// Slabs of each arena out of the supply (formatted for a class, or in a large run): while
+  /// fewer than slot_shape::roomy are, installs take empty slabs first (slab_supply::out_count).
+  padded_word slabs_out[max_arenas];
+  slot_shape slot_widths;  ///< the slots that each class uses
   heap_counters counters;
   /// Where each hint (SM) looks first in the empty-slab bitmaps: arena and word, packed as a
   /// slab id is. Only a hint: any value is safe.

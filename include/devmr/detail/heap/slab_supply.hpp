@@ -405,11 +405,10 @@ class slab_supply : public heap_view {
     return read_only(h_->arenas[a].empty_bits)[empty_word_index(w)];
   }
 
-  /// Slabs of arena `a` out of the supply (see heap_slabs::roomy): the second word of the line of
-  /// the first word of its bitmap of empty slabs, so that a mark and the count's change address
-  /// one arena entry.
+  /// Slabs of arena `a` out of the supply (see heap_slabs::roomy), in the header: no load of the
+  /// arena table before the count's atomics.
   DEVMR_HOST_DEVICE std::uint64_t& out_count(std::uint32_t a) const {
-    return read_only(h_->arenas[a].empty_bits)[1];
+    return h_->slabs_out[a].value;
   }
 
   /// Words of arena `a`'s bitmap of empty slabs (its summary follows them).

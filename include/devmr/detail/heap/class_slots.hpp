@@ -316,8 +316,7 @@ class class_slots {
     std::uint32_t const seed = spread_seed(hint);
     std::uint32_t const parts = slabs_.list_parts();
     DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
-      DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
-        std::uint32_t const part = (hint + n) % parts;
+      DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
         slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
         std::uint32_t const member = set.find(seed);
         if (member >= stale_member) {
@@ -640,8 +639,7 @@ class class_slots {
   DEVMR_HOST_DEVICE std::uint32_t take_roomy(unsigned cls, unsigned hint) const {
     bool listed = false;
     std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts && !listed; ++n) {
-      std::uint32_t const part = (hint + n) % parts;
+    DEVMR_ROLLED for (std::uint32_t part = 0; (part == 0 || part < parts) && !listed; ++part) {
       std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
       listed = member != no_member;
       if (member < stale_member && avail(slabs_.slab_of(part, member), cls).free_blocks() >=
@@ -663,12 +661,15 @@ class class_slots {
   /// take different slabs instead of meeting on the first member of the list; then it searches
   /// in order, from a place of its SM, unless the look found no word marked: an empty list costs
   /// an install one load (the top word's), not two. The look is inline; the take, out of line.
+  /// The parts (arenas) are looked at in order from part 0, which every heap has, so that the
+  /// first look need not wait for the count of parts: its loads of the arena table travel beside
+  /// that count's, one round trip less on every install (take_roomy and take_direct look in the
+  /// same order).
   DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
                                               unsigned hint,
                                               std::uint32_t& promised) const {
     std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
-      std::uint32_t const part = (hint + n) % parts;
+    DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
       std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
       if (member == no_member) {
         continue;

@@ -69,9 +69,9 @@ class slab_supply : public heap_view {
   /// its blocks (slab_avail::settle) and marked it with a release; a large run by the free of
   /// its block (a release). It writes the zero back. Slabs that nobody gave back (runs, fresh
   /// slabs) read any count, harmlessly.
-  DEVMR_HOST_DEVICE void settle(std::uint32_t id) const {
-    atomic(meta(id).remaining).exchange(0, acquire);
-  }
+  DEVMR_HOST_DEVICE void settle(std::uint32_t id) const { settle(meta(id)); }
+  /// The same, for the slab whose metadata is `m`.
+  DEVMR_HOST_DEVICE static void settle(slab_meta& m) { atomic(m.remaining).exchange(0, acquire); }
 
   /// One slab from this hint's shard or the fresh ones; no_slab when neither has one.
   DEVMR_HOST_DEVICE std::uint32_t take_near(unsigned hint) const {
@@ -83,11 +83,12 @@ class slab_supply : public heap_view {
   DEVMR_HOST_DEVICE std::uint32_t take_near(unsigned hint,
                                             std::uint64_t& shard,
                                             std::uint64_t top) const {
-    std::uint32_t const id = pop(shard, top);
+    slab_meta* m = nullptr;
+    std::uint32_t const id = pop(shard, top, m);
     if (id == no_slab) {
       return take_fresh(1, hint);  // never handed out: no frees to order before its use
     }
-    settle(id);
+    settle(*m);  // with the address the pop read before its acquires emptied the SM's L1
     return id;
   }
 
@@ -601,22 +602,34 @@ class slab_supply : public heap_view {
 
   /// The same, from `top`, a value of the head that the caller loaded.
   DEVMR_HOST_DEVICE std::uint32_t pop(std::uint64_t& word, std::uint64_t top) const {
+    slab_meta* m = nullptr;
+    return pop(word, top, m);
+  }
+
+  /// The same, setting `m` to the metadata of the slab popped.
+  DEVMR_HOST_DEVICE std::uint32_t pop(std::uint64_t& word, std::uint64_t top, slab_meta*& m) const {
     auto head = atomic(word);
     // An empty stack (as every stack of a fresh heap is) needs no acquire, which would empty the
     // SM's L1 cache and make the loads after it round trips.
     if (static_cast<std::uint32_t>(top) == no_slab) {
       return no_slab;
     }
+    // The top slab's metadata address is read from the arena table before the fence, which
+    // empties the SM's L1: after it, that read would be a round trip before the look at `next`.
+    m = &meta(static_cast<std::uint32_t>(top));
     // acquire: pairs with the push's release, so the run's metadata is read as pushed.
     cuda::atomic_thread_fence(acquire, cuda::thread_scope_device);
     while (static_cast<std::uint32_t>(top) != no_slab) {
       auto const id = static_cast<std::uint32_t>(top);
       // Another thread may pop and reuse `id` meanwhile: then `next` is garbage, but the tag in
       // the head has changed and the CAS fails.
-      std::uint32_t const next = atomic(meta(id).next).load(relaxed);
+      std::uint32_t const next = atomic(m->next).load(relaxed);
       // acq_rel: a searcher that sees this pop also sees what the popper did before it.
       if (head.compare_exchange_weak(top, (((top >> 32) + 1) << 32) | next, acq_rel, acquire)) {
         return id;
+      }
+      if (static_cast<std::uint32_t>(top) != no_slab) {
+        m = &meta(static_cast<std::uint32_t>(top));
       }
     }
     return no_slab;

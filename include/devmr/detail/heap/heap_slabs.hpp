@@ -189,21 +189,23 @@ class heap_slabs {
   }
   /// Arena `part`'s bitmap of empty slabs (arena_desc::empty_bits).
   DEVMR_HOST_DEVICE std::uint64_t* empty_bits(std::uint32_t part) const {
-    if (lazy_ || part != 0) {
-      return read_only(h_->arenas[part].empty_bits);
-    }
-    meta_layout const at = meta_layout_for(first_.slabs);
-    return reinterpret_cast<std::uint64_t*>(reinterpret_cast<std::byte*>(first_.meta) +
-                                            (at.empty - at.meta));
+    return in_meta(part, &arena_desc::empty_bits, &meta_layout::empty);
   }
   /// Arena `part`'s lists of slabs (arena_desc::listed).
   DEVMR_HOST_DEVICE std::uint32_t* lists(std::uint32_t part) const {
+    return in_meta(part, &arena_desc::listed, &meta_layout::listed);
+  }
+  /// What `field` of arena `part`'s entry points at: for arena 0, `at` of its metadata's layout.
+  template <class T>
+  DEVMR_HOST_DEVICE T* in_meta(std::uint32_t part,
+                               T* arena_desc::*field,
+                               std::uint64_t meta_layout::*at) const {
     if (lazy_ || part != 0) {
-      return read_only(h_->arenas[part].listed);
+      return read_only(h_->arenas[part].*field);
     }
-    meta_layout const at = meta_layout_for(first_.slabs);
-    return reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::byte*>(first_.meta) +
-                                            (at.listed - at.meta));
+    meta_layout const layout = meta_layout_for(first_.slabs);
+    return reinterpret_cast<T*>(reinterpret_cast<std::byte*>(first_.meta) +
+                                (layout.*at - layout.meta));
   }
 
   heap_header* h_;

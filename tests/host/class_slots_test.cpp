@@ -421,6 +421,28 @@ TEST_CASE("a slab set's find tells an empty set from marks left on bare words", 
   CHECK(set.find(5) == no_member);
 }
 
+TEST_CASE("a slab set of one summary word reads no top word", "[reuse][set]") {
+  std::uint32_t const members = 1024;  // 32 words: one summary word, one top word
+  std::vector<std::uint32_t> words(slab_set_words(members), 0);
+  slab_set const set{words.data(), bitmap_words_for(members)};
+  REQUIRE(set.summaries() == 1u);
+  set.insert(5);
+  set.insert(700);
+  // The top bit is kept as in any set, but not read: the summary word alone leads the way down,
+  // so a top word that says nothing hides no member from a find or a take.
+  CHECK(set.top(0) == 1u);
+  set.top(0) = 0;
+  for (std::uint32_t seed = 0; seed < 64; ++seed) {
+    std::uint32_t const m = set.find(spread_seed(seed));
+    CHECK((m == 5u || m == 700u));
+  }
+  CHECK(set.take(0) == 5u);
+  CHECK(set.take(0) == 700u);
+  CHECK(set.take(0) == no_member);
+  CHECK(set.find(3) == no_member);
+  CHECK(set.summary(0) == 0u);
+}
+
 TEST_CASE("a large slab set finds members past its first top word, from any start",
           "[reuse][set]") {
   std::uint32_t const members = 200000;  // 6250 words, 196 summary words, 7 top words
@@ -447,7 +469,9 @@ TEST_CASE("a large slab set finds members past its first top word, from any star
 
 TEST_CASE("threads adding and taking slabs of a set lose none and take none twice",
           "[reuse][set][threads]") {
-  std::uint32_t const members = 4096;
+  // Four summary words, and one (whose top word no search reads).
+  std::uint32_t const members = GENERATE(4096u, 1024u);
+  CAPTURE(members);
   std::vector<std::uint32_t> words(slab_set_words(members), 0);
   slab_set const set{words.data(), bitmap_words_for(members)};
   std::vector<std::atomic<int>> held(members);
@@ -490,8 +514,9 @@ TEST_CASE("threads taking and adding members of a few words leave every member i
   // Two members a word in two words: a take that leaves a word bare clears its summary bit
   // while other threads add members back to that word, whose adds found the bit still set and
   // set none. The clear must look at the word again, or such a member stays in the set where no
-  // search finds it.
-  std::uint32_t const members = 4096;
+  // search finds it. Sets of four summary words and of one.
+  std::uint32_t const members = GENERATE(4096u, 1024u);
+  CAPTURE(members);
   std::vector<std::uint32_t> words(slab_set_words(members), 0);
   slab_set const set{words.data(), bitmap_words_for(members)};
   std::vector<std::uint32_t> const in{0, 1, 32, 33};

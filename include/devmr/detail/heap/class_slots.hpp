@@ -660,7 +660,8 @@ class class_slots {
   /// list's summaries picks at random (slab_set::find), so that installs that search at once
   /// take different slabs instead of meeting on the first member of the list; then it searches
   /// in order, from a place of its SM, unless the look found no word marked: an empty list costs
-  /// an install one load (the top word's), not two. The look is inline; the take, out of line.
+  /// an install one load (the top word's, or the summary word's where a part has but one), not
+  /// two. The look is inline; the take, out of line.
   /// The parts (arenas) are looked at in order from part 0, which every heap has, so that the
   /// first look need not wait for the count of parts: its loads of the arena table travel beside
   /// that count's, one round trip less on every install (take_roomy and take_direct look in the

@@ -64,6 +64,13 @@ struct slab_set {
     return (was & bit) != 0;
   }
 
+  /// The summary words that top word `t` marks. A set of one summary word reads none: that word's
+  /// own bits say what its top bit would, a round trip sooner (the lists of an arena of up to
+  /// 1024 slabs). acquire: pairs with the releases of mark_word.
+  DEVMR_HOST_DEVICE std::uint32_t marked_summaries(std::uint32_t t) const {
+    return summaries() == 1 ? 1u : atomic(top(t)).load(acquire);
+  }
+
   /// Sets the summary bit of bitmap word `w`, and the top bit of its summary word if that was
   /// bare.
   DEVMR_HOST_DEVICE void mark_word(std::uint32_t w) const {
@@ -123,8 +130,7 @@ struct slab_set {
     std::uint32_t none = no_member;
     DEVMR_ROLLED for (std::uint32_t i = 0; i < tops; ++i) {
       std::uint32_t const t = (seed + i) % tops;
-      // acquire: pairs with the releases of mark_word.
-      for (std::uint32_t marked = atomic(top(t)).load(acquire); marked != 0;) {
+      for (std::uint32_t marked = marked_summaries(t); marked != 0;) {
         std::uint32_t const sb = nth_set_bit(marked, seed >> 8);
         std::uint32_t const s = t * bitmap_word_bits + sb;
         for (std::uint32_t words_marked = atomic(summary(s)).load(acquire); words_marked != 0;) {
@@ -152,8 +158,7 @@ struct slab_set {
     DEVMR_ROLLED for (std::uint32_t i = 0; i <= tops; ++i) {
       // The first top word twice: from the first summary word on, then the ones before it.
       std::uint32_t const t = (first / bitmap_word_bits + i) % tops;
-      // acquire: pairs with the releases of mark_word.
-      std::uint32_t marked = atomic(top(t)).load(acquire);
+      std::uint32_t marked = marked_summaries(t);
       if (i == 0) {
         marked &= ~0u << (first % bitmap_word_bits);
       } else if (i == tops) {

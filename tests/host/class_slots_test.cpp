@@ -222,6 +222,26 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   CHECK(avail.take_full());
 }
 
+TEST_CASE("a slab opened from a count read before opens on the count as it is now",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail{word, 64, 2};  // threshold 8
+  avail.open_fresh();
+  CHECK(avail.close(16) == avail_event::listed);
+  std::uint32_t const seen = avail.peek();
+  REQUIRE((seen & avail_count_mask) == 16u);
+  // Frees since the look: the promise is three quarters of the count now, not of the one seen.
+  CHECK(avail.free(4) == avail_event::none);
+  CHECK(avail.open_listed(seen) == 15);  // 20 - 20 / 4
+  CHECK(word == (avail_open | 2u << avail_class_shift | 5u));
+  // Opened meanwhile by another slot: the value seen opens nothing.
+  CHECK(avail.close(5) == avail_event::listed);
+  std::uint32_t const before = avail.peek();
+  CHECK(avail.open_listed() == 8);
+  CHECK(avail.open_listed(before) == 0);
+  CHECK(word == (avail_open | 2u << avail_class_shift | 2u));
+}
+
 TEST_CASE("every block of a listed slab freed while a slot holds it waits for the slot's close",
           "[reuse][avail]") {
   std::uint32_t word = 0;
@@ -1008,6 +1028,10 @@ TEST_CASE("a roomy heap installs an empty slab rather than a listed one with few
     std::vector<std::uint32_t> last;
     REQUIRE(heap.allocate(3, 0, 1, 3, last) == 1);
     CHECK(last[0] / 1024 == 0u);
+    // Opened from the list with three quarters of its 32 free blocks promised, the rest kept.
+    CHECK((heap.memory.avail[0] & (avail_open | avail_listed)) == avail_open);
+    CHECK((heap.memory.avail[0] & avail_count_mask) == 32u - reuse_promise(32));
+    CHECK(heap.slots.slabs().listed(3, 0).find(1) == no_member);
     CHECK(heap.memory.out == 3);
     CHECK(heap.double_handouts == 0);
     CHECK(heap.bad_blocks == 0);

@@ -400,8 +400,14 @@ class class_slots {
   install_seeing(unsigned cls, unsigned slot, std::uint32_t want, unsigned hint, bool roomy) const {
     std::uint32_t promised = 0;
     bool fresh = false;
-    // A roomy heap gives the slot an empty slab rather than a listed one with few free blocks.
-    std::uint32_t id = roomy ? out_of_line<&class_slots::take_roomy>(*this, cls, hint) : no_slab;
+    // A roomy heap gives the slot an empty slab rather than a listed one with few free blocks
+    // (or the listed one with many that its look found, opened: `promised` blocks).
+    std::uint32_t id = no_slab;
+    if (roomy) {
+      std::uint64_t const got = out_of_line<&class_slots::take_roomy>(*this, cls, hint);
+      id = static_cast<std::uint32_t>(got);
+      promised = static_cast<std::uint32_t>(got >> 32);
+    }
     if (id != no_slab) {
       hold_in_flight();
     } else if (id = take_listed(cls, hint, promised); id != no_slab) {
@@ -631,20 +637,29 @@ class class_slots {
   /// An empty slab for an install of class `cls` on a roomy heap (Slabs::roomy), taken rather
   /// than a listed slab with few free blocks: a listed slab is listed as soon as an eighth of
   /// its blocks are free, and an install that opens it then promises a few dozen blocks, where
-  /// an empty slab promises every block. Such slabs stay listed and gather frees meanwhile. no_slab
-  /// when the slab that a look at the class's list finds has a quarter of its blocks free
-  /// (rich_threshold: the install reuses it), or the supply has no slab. A class with listed
-  /// slabs reuses its slabs: it widens as an install of a listed slab would. A slow path: called
-  /// out of line.
-  DEVMR_HOST_DEVICE std::uint32_t take_roomy(unsigned cls, unsigned hint) const {
+  /// an empty slab promises every block. Such slabs stay listed and gather frees meanwhile.
+  /// Where the slab that a look at the class's list finds has a quarter of its blocks free
+  /// (rich_threshold), the install reuses it: this takes it off the list and opens it
+  /// (take_listed_in, with no second look) and returns its id, with the blocks it promised in
+  /// the high word. Else the empty slab, with 0 there; no_slab when the supply has none. A class
+  /// with listed slabs reuses its slabs: it widens as an install of a listed slab would. A slow
+  /// path: called out of line.
+  DEVMR_HOST_DEVICE std::uint64_t take_roomy(unsigned cls, unsigned hint) const {
     bool listed = false;
     std::uint32_t const parts = slabs_.list_parts();
     DEVMR_ROLLED for (std::uint32_t part = 0; (part == 0 || part < parts) && !listed; ++part) {
       std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
       listed = member != no_member;
-      if (member < stale_member && avail(slabs_.slab_of(part, member), cls).free_blocks() >=
-                                       rich_threshold(slabs_.blocks(cls))) {
-        return no_slab;
+      std::uint32_t const seen =
+          member < stale_member ? avail(slabs_.slab_of(part, member), cls).peek() : 0;
+      if (member < stale_member &&
+          (seen & avail_count_mask) >= rich_threshold(slabs_.blocks(cls))) {
+        if (std::uint64_t const taken = take_listed_in(cls, part, member, hint, seen);
+            static_cast<std::uint32_t>(taken) != no_slab) {
+          width_.widen(cls);
+          return taken;
+        }
+        break;  // the part's list ran dry meanwhile: an empty slab, as for a list that looked so
       }
     }
     if (listed) {
@@ -676,7 +691,7 @@ class class_slots {
         continue;
       }
       std::uint64_t const found =
-          out_of_line<&class_slots::take_listed_in>(*this, cls, part, member, hint);
+          out_of_line<&class_slots::take_listed_in>(*this, cls, part, member, hint, 0u);
       if (static_cast<std::uint32_t>(found) != no_slab) {
         promised = static_cast<std::uint32_t>(found >> 32);
         return static_cast<std::uint32_t>(found);
@@ -687,15 +702,18 @@ class class_slots {
 
   /// take_listed's take from part `part` of the list, whose look found `member` (or
   /// stale_member): the slab's id, and the blocks it promised in the high word; no_slab when
-  /// the part has none. A slow path: called out of line.
+  /// the part has none. `seen`: the member's count word as the look read it (take_roomy), or 0
+  /// for none read. A slow path: called out of line.
   DEVMR_HOST_DEVICE std::uint64_t take_listed_in(unsigned cls,
                                                  std::uint32_t part,
                                                  std::uint32_t member,
-                                                 unsigned hint) const {
+                                                 unsigned hint,
+                                                 std::uint32_t seen) const {
     slab_set const set = slabs_.listed(cls, part);
     if (member != stale_member && set.erase(member)) {
       std::uint32_t const id = slabs_.slab_of(part, member);
-      std::uint32_t const promised = avail(id, cls).open_listed();
+      slab_avail const a = avail(id, cls);
+      std::uint32_t const promised = seen != 0 ? a.open_listed(seen) : a.open_listed();
       if (promised != 0) {
         return id | (std::uint64_t{promised} << 32);
       }

@@ -113,9 +113,12 @@ struct slab_avail {
   /// no longer listed in this class (another thread took it: it was emptied, or opened).
   /// acquire: pairs with the release of the frees counted (free), so that their bits are set
   /// before the slot's claims look for them (the slot's publication releases them on).
-  DEVMR_HOST_DEVICE std::uint32_t open_listed() const {
+  DEVMR_HOST_DEVICE std::uint32_t open_listed() const { return open_listed(peek()); }
+
+  /// open_listed, from `seen`: a value of the word that the caller read (peek), so that the CAS
+  /// needs no load of its own where the caller looked at the count already.
+  DEVMR_HOST_DEVICE std::uint32_t open_listed(std::uint32_t seen) const {
     auto w = atomic(word);
-    std::uint32_t seen = w.load(relaxed);
     while ((seen & (avail_open | avail_listed | avail_class_mask)) ==
            (avail_listed | class_bits())) {
       std::uint32_t const promise = reuse_promise(seen & avail_count_mask);
@@ -127,10 +130,11 @@ struct slab_avail {
     return 0;
   }
 
-  /// The free blocks that the count holds: a hint, as another thread may change it at once.
-  DEVMR_HOST_DEVICE std::uint32_t free_blocks() const {
-    return atomic(word).load(relaxed) & avail_count_mask;
-  }
+  /// The word as it is now: a hint, as another thread may change it at once.
+  DEVMR_HOST_DEVICE std::uint32_t peek() const { return atomic(word).load(relaxed); }
+
+  /// The free blocks that the count holds: a hint, as peek.
+  DEVMR_HOST_DEVICE std::uint32_t free_blocks() const { return peek() & avail_count_mask; }
 
   /// Whether the slab is closed in the class (no slot holds it) and not listed.
   DEVMR_HOST_DEVICE bool closed_below() const {

@@ -188,11 +188,18 @@ TEST_CASE("threads taking bitmap words whole and giving blocks back never share 
 
 // ---- slab_avail --------------------------------------------------------------------------------
 
+/// A slab of 64 blocks of class 2 (listing threshold 8) whose count is `word`, opened fresh: its
+/// blocks go out in order.
+slab_avail fresh_slab(std::uint32_t& word) {
+  slab_avail const avail{word, 64, 2};
+  avail.open_fresh();
+  return avail;
+}
+
 TEST_CASE("a slab's count lists it once past the threshold and empties it once all is free",
           "[reuse][avail]") {
   std::uint32_t word = 0;
-  slab_avail const avail{word, 64, 2};         // threshold 8
-  avail.open_fresh();                          // its 64 blocks go out in order
+  slab_avail const avail = fresh_slab(word);
   CHECK(avail.free(20) == avail_event::none);  // open: its slot closes it
   CHECK(avail.close(0) == avail_event::listed);
   CHECK((word & avail_listed) != 0);
@@ -225,8 +232,7 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
 TEST_CASE("a slab opened from a count read before opens on the count as it is now",
           "[reuse][avail]") {
   std::uint32_t word = 0;
-  slab_avail const avail{word, 64, 2};  // threshold 8
-  avail.open_fresh();
+  slab_avail const avail = fresh_slab(word);
   CHECK(avail.close(16) == avail_event::listed);
   std::uint32_t const seen = avail.peek();
   REQUIRE((seen & avail_count_mask) == 16u);
@@ -245,8 +251,7 @@ TEST_CASE("a slab opened from a count read before opens on the count as it is no
 TEST_CASE("every block of a listed slab freed while a slot holds it waits for the slot's close",
           "[reuse][avail]") {
   std::uint32_t word = 0;
-  slab_avail const avail{word, 64, 2};  // threshold 8
-  avail.open_fresh();
+  slab_avail const avail = fresh_slab(word);
   CHECK(avail.free(20) == avail_event::none);
   CHECK(avail.close(0) == avail_event::listed);
   // The free of its last block finds it listed; before that free takes it, a slot opens it.

@@ -1043,38 +1043,59 @@ TEST_CASE("a roomy heap installs an empty slab rather than a listed one with few
   }
 }
 
-TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new class narrows it",
-          "[reuse][slots][width]") {
+/// Slots of 4 classes, 8 slots each, over 16 slabs, whose widths start at one slot a class with a
+/// budget of 8 slabs; class 1 (512 blocks a slab, listed once 64 are free) claims through them.
+struct width_heap {
+  static constexpr unsigned slot_count = 8;
   test_slab_memory memory{16};
-  constexpr unsigned slot_count = 8;
-  std::vector<std::uint64_t> words(std::size_t{slot_count} * test_classes, vacant_class_slot);
-  slot_shape shape{slot_width::initial(0, test_classes), 0, 8, 0};  // one slot a class to start
+  std::vector<std::uint64_t> words =
+      std::vector<std::uint64_t>(std::size_t{slot_count} * test_classes, vacant_class_slot);
+  slot_shape shape{slot_width::initial(0, test_classes), 0, 8, 0};
   class_slots<test_slabs> const slots{test_slabs{&memory}, words.data(), test_classes, slot_count,
                                       &shape};
-  // Class 1 (512 blocks a slab, listed once 64 are free). The blocks of each slab in use.
-  std::vector<std::vector<std::uint32_t>> out(memory.slabs);
-  auto const claim = [&](unsigned slot, std::uint32_t want) {
+  /// The blocks of each slab in use.
+  std::vector<std::vector<std::uint32_t>> out =
+      std::vector<std::vector<std::uint32_t>>(memory.slabs);
+
+  std::uint32_t claim(unsigned slot, std::uint32_t want) {
     block_claim got = slots.claim(1, slot, want, 0);
     if (is_moved(got)) {
       got = slots.claim(1, got.id, want, 0);
     }
     slots.take(got, 1, [&](std::uint32_t b) { out[got.id].push_back(b); });
     return got.count;
-  };
-  auto const use_up = [&](unsigned slot) {  // claims what is left of the slot's slab
+  }
+  /// Claims what is left of the slot's slab: its id.
+  std::uint32_t use_up(unsigned slot) {
     std::uint64_t const at = atomic(slots.word(1, slot)).load(relaxed);
     std::uint32_t const left = slot_promised(at) - slot_claimed(at);
     REQUIRE(claim(slot, left) == left);
     return slot_id(at);
-  };
-  auto const free_some = [&](std::uint32_t id) {  // 100 blocks: the closed slab is listed
-    for (int i = 0; i < 100; ++i) {
+  }
+  /// Frees `n` blocks of slab `id`, closed: it is listed.
+  void free_some(std::uint32_t id, int n = 100) {
+    for (int i = 0; i < n; ++i) {
       slots.free_block(id, 1, out[id].back(), 0);
       out[id].pop_back();
     }
     REQUIRE((memory.avail[id] & avail_listed) != 0);
-  };
-  auto const class_1_slabs = [&] { return std::count(memory.cls.begin(), memory.cls.end(), 1u); };
+  }
+  std::uint32_t slab_in(unsigned slot) const { return slot_id(slots.word(1, slot)); }
+  std::uint32_t mask() const { return slots.width().mask(1); }
+  std::ptrdiff_t class_1_slabs() const {
+    return std::count(memory.cls.begin(), memory.cls.end(), 1u);
+  }
+};
+
+TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new class narrows it",
+          "[reuse][slots][width]") {
+  width_heap heap;
+  auto const& shape = heap.shape;
+  auto const& slots = heap.slots;
+  auto const claim = [&](unsigned slot, std::uint32_t want) { return heap.claim(slot, want); };
+  auto const use_up = [&](unsigned slot) { return heap.use_up(slot); };
+  auto const free_some = [&](std::uint32_t id) { heap.free_some(id); };
+  auto const class_1_slabs = [&] { return heap.class_1_slabs(); };
   // The class's first install takes an empty slab: it comes into use, at the base width.
   REQUIRE(claim(0, 1) == 1);
   CHECK(slot_width::classes_of(shape.widths) == 1u << 1);
@@ -1123,6 +1144,38 @@ TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new
   CHECK(slot_is_vacant(slots.word(1, 5)));
   CHECK(is_slab(slot_id(slots.word(1, 0))));
   CHECK_FALSE(is_slab(slot_id(slots.word(2, 0))));  // another class's: given up
+}
+
+TEST_CASE("a roomy install widens its class when its look finds a listed slab, rich or not",
+          "[reuse][slots][width][roomy]") {
+  width_heap heap;
+  heap.memory.roomy = true;
+  REQUIRE(heap.claim(0, 1) == 1);  // the first install: an empty slab, the class in use
+  CHECK(slot_width::classes_of(heap.shape.widths) == 1u << 1);
+  // Nothing listed: the next install takes an empty slab and keeps the width.
+  std::uint32_t const first = heap.use_up(0);
+  REQUIRE(heap.claim(0, 1) == 1);
+  CHECK(heap.mask() == 0);
+  // Slab `first` listed with 100 free blocks, fewer than a quarter: an empty slab, and the class
+  // widens (it holds slabs to reuse).
+  heap.free_some(first);
+  heap.use_up(0);
+  REQUIRE(heap.claim(0, 1) == 1);
+  CHECK(heap.slab_in(0) != first);
+  CHECK((heap.memory.avail[first] & avail_listed) != 0);
+  CHECK(heap.mask() == 1);
+  // 40 more: a quarter of its blocks free. The install reopens it and widens again.
+  heap.free_some(first, 40);
+  heap.use_up(0);
+  REQUIRE(heap.claim(0, 1) == 1);
+  CHECK(heap.slab_in(0) == first);
+  CHECK(heap.mask() == 3);
+  // Nothing listed again: an empty slab, and the width stays.
+  auto const slabs = heap.class_1_slabs();
+  heap.use_up(0);
+  REQUIRE(heap.claim(0, 1) == 1);
+  CHECK(heap.class_1_slabs() == slabs + 1);
+  CHECK(heap.mask() == 3);
 }
 
 TEST_CASE("an SM's odd warps claim through a second slot only where the class has every slot",

@@ -190,3 +190,38 @@ TEST_CASE("threads widening and narrowing at once keep each class within the cla
 }
 
 }  // namespace
+
+TEST_CASE("an update from widths read before changes them once, and not after another change",
+          "[width]") {
+  slot_shape shape{slot_width::initial(7, 9), 7, 128, 0};
+  slot_width const width{&shape, 256};
+  width.use(3);
+  // Two updates from one read: the first widens, the second finds the word changed and leaves it.
+  slot_width::snapshot const seen = width.look();
+  CHECK_FALSE(seen.fixed);
+  CHECK(seen.budget == 128);
+  width.widen(3, seen);
+  CHECK(width.mask(3) == 15);
+  width.widen(3, seen);
+  CHECK(width.mask(3) == 15);
+  // A class that comes into use from a read made before a widening still narrows every class to
+  // the share of two: its CAS fails, and it tries again from the word as it is.
+  slot_width::snapshot const before = width.look();
+  width.widen(3);
+  width.widen(3);
+  CHECK(width.mask(3) == 63);
+  width.use(5, before);
+  CHECK(slot_width::classes_of(shape.widths) == ((1u << 3) | (1u << 5)));
+  CHECK(width.mask(3) == 63);  // the share of two classes of 128 slabs: 64 slots
+  width.widen(3, before);      // stale: nothing
+  CHECK(width.mask(3) == 63);
+  // Fixed widths, known or read: the read says so, and no update changes the word.
+  slot_shape large{slot_width::initial(255, 9), 255, 4096, 0};
+  slot_width const fixed{&large, 256};
+  CHECK(fixed.look().fixed);
+  fixed.use(2, fixed.look());
+  fixed.widen(2, fixed.look());
+  CHECK(large.widths == slot_width::initial(255, 9));
+  CHECK(slot_width{&shape, 256, true}.look().fixed);
+  CHECK(slot_width{nullptr, 16}.look().fixed);
+}

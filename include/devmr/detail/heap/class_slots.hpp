@@ -412,10 +412,6 @@ class class_slots {
       hold_in_flight();
     } else if (id = take_listed(cls, hint, promised); id != no_slab) {
       hold_in_flight();
-      // The class reuses slabs, and its slots use them up: it widens where the classes in use
-      // leave room (slot_width), so that fewer SMs meet on each slot and fewer claims wait for
-      // each install.
-      width_.widen(cls);
     } else if (slot > width_.base()) {
       // A slot past the width that every class has (a class widened: slot_width) reuses the
       // class's slabs and takes no empty one: widening spreads the claims over the slabs that
@@ -645,28 +641,31 @@ class class_slots {
   /// with listed slabs reuses its slabs: it widens as an install of a listed slab would. A slow
   /// path: called out of line.
   DEVMR_HOST_DEVICE std::uint64_t take_roomy(unsigned cls, unsigned hint) const {
-    bool listed = false;
+    // Read beside the look, so that the update of the widths waits for no load and travels
+    // beside the take that follows it.
+    slot_width::snapshot const widths = width_.look();
     std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (std::uint32_t part = 0; (part == 0 || part < parts) && !listed; ++part) {
+    DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
       std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
-      listed = member != no_member;
-      std::uint32_t const seen =
-          member < stale_member ? avail(slabs_.slab_of(part, member), cls).peek() : 0;
-      if (member < stale_member &&
-          (seen & avail_count_mask) >= rich_threshold(slabs_.blocks(cls))) {
-        if (std::uint64_t const taken = take_listed_in(cls, part, member, hint, seen);
-            static_cast<std::uint32_t>(taken) != no_slab) {
-          width_.widen(cls);
-          return taken;
-        }
-        break;  // the part's list ran dry meanwhile: an empty slab, as for a list that looked so
+      if (member == no_member) {
+        continue;
       }
+      width_.widen(cls, widths);
+      if (member != stale_member) {
+        slab_avail const a = avail(slabs_.slab_of(part, member), cls);
+        std::uint32_t const seen = a.peek();
+        if ((seen & avail_count_mask) >= rich_threshold(slabs_.blocks(cls))) {
+          if (std::uint64_t const taken = take_listed_in(cls, part, member, hint, seen, false);
+              static_cast<std::uint32_t>(taken) != no_slab) {
+            return taken;
+          }
+        }
+      }
+      // A look at a word emptied meanwhile, a slab with few free blocks, or a list that ran dry
+      // before the take: an empty slab.
+      return slabs_.take_empty(hint);
     }
-    if (listed) {
-      width_.widen(cls);
-    } else {
-      width_.use(cls);
-    }
+    width_.use(cls, widths);
     return slabs_.take_empty(hint);
   }
 
@@ -691,7 +690,7 @@ class class_slots {
         continue;
       }
       std::uint64_t const found =
-          out_of_line<&class_slots::take_listed_in>(*this, cls, part, member, hint, 0u);
+          out_of_line<&class_slots::take_listed_in>(*this, cls, part, member, hint, 0u, true);
       if (static_cast<std::uint32_t>(found) != no_slab) {
         promised = static_cast<std::uint32_t>(found >> 32);
         return static_cast<std::uint32_t>(found);
@@ -703,19 +702,24 @@ class class_slots {
   /// take_listed's take from part `part` of the list, whose look found `member` (or
   /// stale_member): the slab's id, and the blocks it promised in the high word; no_slab when
   /// the part has none. `seen`: the member's count word as the look read it (take_roomy), or 0
-  /// for none read. A slow path: called out of line.
+  /// for none read. `widens`: the take widens the class (take_roomy's own look did). The class
+  /// reuses slabs, and its slots use them up: it widens where the classes in use leave room
+  /// (slot_width), so that fewer SMs meet on each slot and fewer claims wait for each install.
+  /// It widens once it took a slab off the list, before it opens it; from the widths read beside
+  /// its first atomic where that was the slab its look found, so that the update waits for no
+  /// load and travels beside the opening. A slow path: called out of line.
   DEVMR_HOST_DEVICE std::uint64_t take_listed_in(unsigned cls,
                                                  std::uint32_t part,
                                                  std::uint32_t member,
                                                  unsigned hint,
-                                                 std::uint32_t seen) const {
+                                                 std::uint32_t seen,
+                                                 bool widens) const {
+    slot_width::snapshot const widths = widens ? width_.look() : slot_width::snapshot{0, 0, true};
     slab_set const set = slabs_.listed(cls, part);
     if (member != stale_member && set.erase(member)) {
-      std::uint32_t const id = slabs_.slab_of(part, member);
-      slab_avail const a = avail(id, cls);
-      std::uint32_t const promised = seen != 0 ? a.open_listed(seen) : a.open_listed();
-      if (promised != 0) {
-        return id | (std::uint64_t{promised} << 32);
+      width_.widen(cls, widths);
+      if (std::uint64_t const found = open_taken(cls, part, member, seen); found != no_slab) {
+        return found;
       }
     }
     std::uint32_t start = hint;
@@ -724,13 +728,27 @@ class class_slots {
       if (taken == no_member) {
         return no_slab;
       }
-      std::uint32_t const id = slabs_.slab_of(part, taken);
-      std::uint32_t const promised = avail(id, cls).open_listed();
-      if (promised != 0) {
-        return id | (std::uint64_t{promised} << 32);
+      if (widens) {
+        width_.widen(cls);
+      }
+      if (std::uint64_t const found = open_taken(cls, part, taken, 0); found != no_slab) {
+        return found;
       }
       start = taken / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
     }
+  }
+
+  /// Opens listed slab `member` of part `part` of class `cls`'s list, which the caller took off
+  /// the list, from its count word `seen` (0: loaded here): its id, and the blocks it promised
+  /// in the high word; no_slab when it was emptied meanwhile.
+  DEVMR_HOST_DEVICE std::uint64_t open_taken(unsigned cls,
+                                             std::uint32_t part,
+                                             std::uint32_t member,
+                                             std::uint32_t seen) const {
+    std::uint32_t const id = slabs_.slab_of(part, member);
+    slab_avail const a = avail(id, cls);
+    std::uint32_t const promised = a.open_listed(seen != 0 ? seen : a.peek());
+    return promised != 0 ? id | (std::uint64_t{promised} << 32) : no_slab;
   }
 
   /// What a claim of `want` blocks got from slot value `seen`, the value its addition replaced.

@@ -121,25 +121,42 @@ struct slot_width {
     return cls < max_classes ? mask_of(atomic(shape->widths).load(relaxed), cls) : base();
   }
 
+  /// What an update of the widths reads first (use, widen): the word, the budget, and whether the
+  /// widths are fixed (nothing to update). An install that reads it beside its look at its
+  /// class's list (class_slots::take_roomy) and updates from it after the look issues the update
+  /// with no load to wait for.
+  struct snapshot {
+    std::uint64_t word;
+    std::uint32_t budget;
+    bool fixed;
+  };
+  DEVMR_HOST_DEVICE snapshot look() const {
+    if (known_fixed || shape == nullptr) {
+      return {0, 0, true};
+    }
+    return {atomic(shape->widths).load(relaxed), budget(), fixed_for(*shape, limit)};
+  }
+
   /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every
   /// class wider than their share narrows to it.
-  DEVMR_HOST_DEVICE void use(unsigned cls) const {
-    if (fixed()) {
+  DEVMR_HOST_DEVICE void use(unsigned cls) const { use(cls, look()); }
+  /// use, from what `seen` read of the widths (look).
+  DEVMR_HOST_DEVICE void use(unsigned cls, snapshot seen) const {
+    if (seen.fixed) {
       return;
     }
     auto w = atomic(shape->widths);
     std::uint32_t const bit = std::uint32_t{1} << cls;
-    std::uint64_t seen = w.load(relaxed);
-    while ((classes_of(seen) & bit) == 0) {
-      std::uint32_t const classes = classes_of(seen) | bit;
-      unsigned const fair = share_log2(budget(), popcount32(classes), limit);
-      std::uint64_t next = seen | bit;
+    while ((classes_of(seen.word) & bit) == 0) {
+      std::uint32_t const classes = classes_of(seen.word) | bit;
+      unsigned const fair = share_log2(seen.budget, popcount32(classes), limit);
+      std::uint64_t next = seen.word | bit;
       for (unsigned c = 0; c < max_classes; ++c) {
         if (log2_of(next, c) > fair) {
           next = with_log2(next, c, fair);
         }
       }
-      if (w.compare_exchange_weak(seen, next, relaxed, relaxed)) {
+      if (w.compare_exchange_weak(seen.word, next, relaxed, relaxed)) {
         return;
       }
     }
@@ -163,14 +180,19 @@ struct slot_width {
   /// Class `cls` installs a slab it reuses: its width doubles if the share of the classes in use
   /// allows it. One attempt; a failed CAS means that the widths changed meanwhile.
   DEVMR_HOST_DEVICE void widen(unsigned cls) const {
-    if (cls >= max_classes || fixed()) {
+    if (cls < max_classes) {
+      widen(cls, look());
+    }
+  }
+  /// widen, from what `seen` read of the widths (look).
+  DEVMR_HOST_DEVICE void widen(unsigned cls, snapshot seen) const {
+    if (cls >= max_classes || seen.fixed) {
       return;
     }
-    auto w = atomic(shape->widths);
-    std::uint64_t seen = w.load(relaxed);
-    unsigned const now = log2_of(seen, cls);
-    if (now < share_log2(budget(), popcount32(classes_of(seen)), limit)) {
-      w.compare_exchange_strong(seen, with_log2(seen, cls, now + 1), relaxed, relaxed);
+    unsigned const now = log2_of(seen.word, cls);
+    if (now < share_log2(seen.budget, popcount32(classes_of(seen.word)), limit)) {
+      atomic(shape->widths)
+          .compare_exchange_strong(seen.word, with_log2(seen.word, cls, now + 1), relaxed, relaxed);
     }
   }
 };

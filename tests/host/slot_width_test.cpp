@@ -198,7 +198,7 @@ TEST_CASE("an update from widths read before changes them once, and not after an
   width.use(3);
   // Two updates from one read: the first widens, the second finds the word changed and leaves it.
   slot_width::snapshot const seen = width.look();
-  CHECK_FALSE(seen.fixed);
+  CHECK_FALSE(seen.fixed());
   CHECK(seen.budget == 128);
   width.widen(3, seen);
   CHECK(width.mask(3) == 15);
@@ -218,10 +218,10 @@ TEST_CASE("an update from widths read before changes them once, and not after an
   // Fixed widths, known or read: the read says so, and no update changes the word.
   slot_shape large{slot_width::initial(255, 9), 255, 4096, 0};
   slot_width const fixed{&large, 256};
-  CHECK(fixed.look().fixed);
+  CHECK(fixed.look().fixed());
   fixed.use(2, fixed.look());
   fixed.widen(2, fixed.look());
   CHECK(large.widths == slot_width::initial(255, 9));
-  CHECK(slot_width{&shape, 256, true}.look().fixed);
-  CHECK(slot_width{nullptr, 16}.look().fixed);
+  CHECK(slot_width{&shape, 256, true}.look().fixed());
+  CHECK(slot_width{nullptr, 16}.look().fixed());
 }

@@ -706,22 +706,40 @@ class class_slots {
   /// reuses slabs, and its slots use them up: it widens where the classes in use leave room
   /// (slot_width), so that fewer SMs meet on each slot and fewer claims wait for each install.
   /// It widens once it took a slab off the list, before it opens it; from the widths read beside
-  /// its first atomic where that was the slab its look found, so that the update waits for no
-  /// load and travels beside the opening. A slow path: called out of line.
+  /// the erase of the member its look found, so that the update waits for no load and travels
+  /// beside the opening. A slow path: called out of line.
   DEVMR_HOST_DEVICE std::uint64_t take_listed_in(unsigned cls,
                                                  std::uint32_t part,
                                                  std::uint32_t member,
                                                  unsigned hint,
                                                  std::uint32_t seen,
                                                  bool widens) const {
-    slot_width::snapshot const widths = widens ? width_.look() : slot_width::snapshot{0, 0, true};
-    slab_set const set = slabs_.listed(cls, part);
-    if (member != stale_member && set.erase(member)) {
-      width_.widen(cls, widths);
-      if (std::uint64_t const found = open_taken(cls, part, member, seen); found != no_slab) {
-        return found;
+    if (member != stale_member) {
+      // The count, where the look did not read it, is loaded beside the erase rather than after
+      // it: a CAS that a free made stale meanwhile fails and goes again, one round trip, as a
+      // load after the erase would have cost every time.
+      slot_width::snapshot const widths = widens ? width_.look() : slot_width::no_update();
+      std::uint32_t const count =
+          seen != 0 ? seen : avail(slabs_.slab_of(part, member), cls).peek();
+      if (slabs_.listed(cls, part).erase(member)) {
+        width_.widen(cls, widths);
+        if (std::uint64_t const found = open_taken(cls, part, member, count); found != no_slab) {
+          return found;
+        }
+        widens = false;
       }
     }
+    return out_of_line<&class_slots::take_listed_next>(*this, cls, part, hint, widens);
+  }
+
+  /// take_listed_in's search of part `part` of the list in order, from a place of `hint`, once
+  /// the member its look found was gone: the first slab it takes off the list and opens, as
+  /// take_listed_in returns it. A slow path: called out of line.
+  DEVMR_HOST_DEVICE std::uint64_t take_listed_next(unsigned cls,
+                                                   std::uint32_t part,
+                                                   unsigned hint,
+                                                   bool widens) const {
+    slab_set const set = slabs_.listed(cls, part);
     std::uint32_t start = hint;
     for (;;) {
       std::uint32_t const taken = set.take(start);
@@ -730,6 +748,7 @@ class class_slots {
       }
       if (widens) {
         width_.widen(cls);
+        widens = false;
       }
       if (std::uint64_t const found = open_taken(cls, part, taken, 0); found != no_slab) {
         return found;

@@ -127,14 +127,19 @@ struct slot_width {
   /// with no load to wait for.
   struct snapshot {
     std::uint64_t word;
+    /// The budget (slot_shape::budget), or fixed_budget where the widths are fixed.
     std::uint32_t budget;
-    bool fixed;
+    static constexpr std::uint32_t fixed_budget = ~std::uint32_t{0};
+    DEVMR_HOST_DEVICE constexpr bool fixed() const { return budget == fixed_budget; }
   };
+  /// A snapshot that updates nothing, as of fixed widths.
+  DEVMR_HOST_DEVICE static constexpr snapshot no_update() { return {0, snapshot::fixed_budget}; }
   DEVMR_HOST_DEVICE snapshot look() const {
     if (known_fixed || shape == nullptr) {
-      return {0, 0, true};
+      return no_update();
     }
-    return {atomic(shape->widths).load(relaxed), budget(), fixed_for(*shape, limit)};
+    std::uint64_t const word = atomic(shape->widths).load(relaxed);
+    return {word, fixed_for(*shape, limit) ? snapshot::fixed_budget : budget()};
   }
 
   /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every
@@ -142,7 +147,7 @@ struct slot_width {
   DEVMR_HOST_DEVICE void use(unsigned cls) const { use(cls, look()); }
   /// use, from what `seen` read of the widths (look).
   DEVMR_HOST_DEVICE void use(unsigned cls, snapshot seen) const {
-    if (seen.fixed) {
+    if (seen.fixed()) {
       return;
     }
     auto w = atomic(shape->widths);
@@ -186,7 +191,7 @@ struct slot_width {
   }
   /// widen, from what `seen` read of the widths (look).
   DEVMR_HOST_DEVICE void widen(unsigned cls, snapshot seen) const {
-    if (cls >= max_classes || seen.fixed) {
+    if (cls >= max_classes || seen.fixed()) {
       return;
     }
     unsigned const now = log2_of(seen.word, cls);

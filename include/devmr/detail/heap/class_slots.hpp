@@ -318,7 +318,7 @@ class class_slots {
     DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
       DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
         slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
-        std::uint32_t const member = set.find(seed);
+        std::uint32_t const member = set.find_guessing(seed);
         if (member >= stale_member) {
           continue;
         }
@@ -646,7 +646,7 @@ class class_slots {
     slot_width::snapshot const widths = width_.look();
     std::uint32_t const parts = slabs_.list_parts();
     DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
-      std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
+      std::uint32_t const member = slabs_.listed(cls, part).find_guessing(spread_seed(hint));
       if (member == no_member) {
         continue;
       }

@@ -148,6 +148,30 @@ struct slab_set {
     return none;
   }
 
+  /// find, where the set has one summary word (an arena of up to 1024 slabs), with a guess: a
+  /// bitmap word that the seed picks is loaded beside the summary word, and where it has
+  /// members, as most words of a long list do, the look returns one of them as soon as both
+  /// loads are back, a round trip sooner. The summary word is loaded relaxed here, so that
+  /// nothing waits on it: a word that it marks and whose member this look does not see yet reads
+  /// as bare, a hint out of date like any other. Sets with top words are looked at by find.
+  DEVMR_HOST_DEVICE std::uint32_t find_guessing(std::uint32_t seed) const {
+    if (summaries() != 1) {
+      return find(seed);
+    }
+    std::uint32_t const turned = (seed << 16) | (seed >> 16);
+    std::uint32_t guess =
+        static_cast<std::uint32_t>((std::uint64_t{turned} * count) >> bitmap_word_bits);
+    std::uint32_t members = atomic(words[guess]).load(relaxed);
+    std::uint32_t words_marked = atomic(summary(0)).load(relaxed);
+    std::uint32_t none = words_marked != 0 ? stale_member : no_member;
+    while (members == 0 && words_marked != 0) {
+      guess = nth_set_bit(words_marked, seed >> 14);
+      members = atomic(words[guess]).load(relaxed);
+      words_marked &= ~(1u << guess);  // bare, if so: a hint out of date
+    }
+    return members != 0 ? guess * bitmap_word_bits + nth_set_bit(members, seed >> 20) : none;
+  }
+
   /// Takes a slab off the set, looking at the summary words from the one of bitmap word
   /// `start` (any value; modulo the words) on and around once: its index, or no_member when
   /// the set looked empty. Clears the summary bits of bare words it looks at.

@@ -702,9 +702,9 @@ class class_slots {
   /// take_listed's take from part `part` of the list, whose look found `member` (or
   /// stale_member): the slab's id, and the blocks it promised in the high word; no_slab when
   /// the part has none. `seen`: the member's count word as the look read it (take_roomy), or 0
-  /// for none read. `widens`: the take widens the class (take_roomy's own look did). The class
-  /// reuses slabs, and its slots use them up: it widens where the classes in use leave room
-  /// (slot_width), so that fewer SMs meet on each slot and fewer claims wait for each install.
+  /// for none read. `widens`: the take widens the class (false where the caller did: take_roomy).
+  /// The class reuses slabs, and its slots use them up: it widens where the classes in use leave
+  /// room (slot_width), so that fewer SMs meet on each slot and fewer claims wait for each install.
   /// It widens once it took a slab off the list, before it opens it; from the widths read beside
   /// the erase of the member its look found, so that the update waits for no load and travels
   /// beside the opening. A slow path: called out of line.

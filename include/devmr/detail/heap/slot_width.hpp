@@ -123,8 +123,8 @@ struct slot_width {
 
   /// What an update of the widths reads first (use, widen): the word, the budget, and whether the
   /// widths are fixed (nothing to update). An install that reads it beside its look at its
-  /// class's list (class_slots::take_roomy) and updates from it after the look issues the update
-  /// with no load to wait for.
+  /// class's list, or beside its take off the list (class_slots::take_roomy, take_listed_in),
+  /// and updates from it after them issues the update with no load to wait for.
   struct snapshot {
     std::uint64_t word;
     /// The budget (slot_shape::budget), or fixed_budget where the widths are fixed.

@@ -1133,7 +1133,37 @@ struct width_heap {
   std::ptrdiff_t class_1_slabs() const {
     return std::count(memory.cls.begin(), memory.cls.end(), 1u);
   }
+  /// Every class whose slot holds a slab is in use in the widths word (which a renewal, reusing
+  /// the slab in place, relies on).
+  bool holders_in_use() const {
+    for (unsigned c = 0; c < test_classes; ++c) {
+      for (unsigned s = 0; s < slot_count; ++s) {
+        if (is_slab(slot_id(slots.word(c, s))) &&
+            (slot_width::classes_of(shape.widths) & (1u << c)) == 0) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
 };
+
+TEST_CASE("a renewal reopens a slab in place and leaves the widths as they are",
+          "[reuse][slots][width]") {
+  width_heap heap;
+  REQUIRE(heap.claim(0, 1) == 1);
+  std::uint64_t const widths = heap.shape.widths;
+  CHECK(heap.holders_in_use());
+  std::uint32_t const id = heap.use_up(0);
+  for (std::uint32_t b : heap.out[id]) {  // every block of the used-up slab, still in its slot
+    heap.slots.free_block(id, 1, b, 0);
+  }
+  heap.out[id].clear();
+  REQUIRE(heap.claim(0, 1) == 1);
+  CHECK(heap.slab_in(0) == id);  // renewed in place
+  CHECK(heap.shape.widths == widths);
+  CHECK(heap.holders_in_use());
+}
 
 TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new class narrows it",
           "[reuse][slots][width]") {
@@ -1192,6 +1222,7 @@ TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new
   CHECK(slot_is_vacant(slots.word(1, 5)));
   CHECK(is_slab(slot_id(slots.word(1, 0))));
   CHECK_FALSE(is_slab(slot_id(slots.word(2, 0))));  // another class's: given up
+  CHECK(heap.holders_in_use());
 }
 
 TEST_CASE("a roomy install widens its class when its look finds a listed slab, rich or not",
@@ -1224,6 +1255,7 @@ TEST_CASE("a roomy install widens its class when its look finds a listed slab, r
   REQUIRE(heap.claim(0, 1) == 1);
   CHECK(heap.class_1_slabs() == slabs + 1);
   CHECK(heap.mask() == 3);
+  CHECK(heap.holders_in_use());
 }
 
 TEST_CASE("an SM's odd warps claim through a second slot only where the class has every slot",

@@ -271,7 +271,8 @@ class class_slots {
     if (fresh) {
       bitmap(id, cls).clear();  // else its blocks go out from its bits, all set (all free)
     }
-    width_.use(cls);
+    // No width to update: a class whose slot holds a slab is in use (slot_width) since the
+    // install of its first slab after the heap was made or reset, which took an empty one.
     std::uint32_t const mine = want < promised ? want : promised;
     auto w = atomic(word(cls, slot));
     // The opening that the claims used up, not a later one: the same id, promise and kind.

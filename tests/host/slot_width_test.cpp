@@ -121,7 +121,7 @@ TEST_CASE("a width with no state word, or at its limit with every class in use, 
   width.widen(2);
   CHECK(width.mask(2) == 15);
   // A heap large enough for the most slots of every class: its word gives every class all its
-  // slots and never changes.
+  // slots, and no width changes (a class that comes into use gains its bit, once).
   slot_shape shape{slot_width::initial(255, 9), 255, 4096, 0};
   CHECK(slot_width::fixed_for(shape, 256));
   slot_width const large{&shape, 256};
@@ -129,8 +129,11 @@ TEST_CASE("a width with no state word, or at its limit with every class in use, 
   large.use(2);
   large.widen(2);
   large.narrow(2);
-  CHECK(shape.widths == slot_width::initial(255, 9));
-  CHECK(large.mask(2) == 255);
+  large.use(7);
+  CHECK(shape.widths == (slot_width::initial(255, 9) | (1u << 2) | (1u << 7)));
+  for (unsigned c = 0; c < 9; ++c) {
+    CHECK(large.mask(c) == 255);
+  }
   // A caller that knows the widths fixed reads no word: whatever it holds, every slot is in use.
   shape.widths = slot_width::initial(3, 9);
   CHECK(slot_width{&shape, 256, true}.mask(2) == 255);
@@ -198,7 +201,7 @@ TEST_CASE("an update from widths read before changes them once, and not after an
   width.use(3);
   // Two updates from one read: the first widens, the second finds the word changed and leaves it.
   slot_width::snapshot const seen = width.look();
-  CHECK_FALSE(seen.fixed());
+  CHECK_FALSE(seen.fixed);
   CHECK(seen.budget == 128);
   width.widen(3, seen);
   CHECK(width.mask(3) == 15);
@@ -215,13 +218,16 @@ TEST_CASE("an update from widths read before changes them once, and not after an
   CHECK(width.mask(3) == 63);  // the share of two classes of 128 slabs: 64 slots
   width.widen(3, before);      // stale: nothing
   CHECK(width.mask(3) == 63);
-  // Fixed widths, known or read: the read says so, and no update changes the word.
+  // Fixed widths that the caller does not know so: the read loads the word (and no base), and
+  // the updates from it change no width. Known fixed, or no word: the read says so, loading
+  // nothing.
   slot_shape large{slot_width::initial(255, 9), 255, 4096, 0};
   slot_width const fixed{&large, 256};
-  CHECK(fixed.look().fixed());
+  CHECK_FALSE(fixed.look().fixed);
   fixed.use(2, fixed.look());
   fixed.widen(2, fixed.look());
-  CHECK(large.widths == slot_width::initial(255, 9));
-  CHECK(slot_width{&shape, 256, true}.look().fixed());
-  CHECK(slot_width{nullptr, 16}.look().fixed());
+  CHECK(large.widths == (slot_width::initial(255, 9) | (1u << 2)));
+  CHECK(fixed.mask(2) == 255);
+  CHECK(slot_width{&large, 256, true}.look().fixed);
+  CHECK(slot_width{nullptr, 16}.look().fixed);
 }

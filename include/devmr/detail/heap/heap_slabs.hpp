@@ -226,15 +226,16 @@ DEVMR_HOST_DEVICE inline class_slots<heap_slabs> heap_slots(heap_slabs const& sl
 /// are read from it again, so that the allocating kernel keeps no copy of its view in memory for
 /// the call, and the arena table is read where a slab's metadata or memory is needed (a view
 /// that held arena 0's entry would hold it across every call the slow path makes, in registers
-/// that count in the allocating kernel).
+/// that count in the allocating kernel). The view does not know its widths fixed: it reads the
+/// widths word where it needs the widths (a fixed heap's gives every class every slot), so that
+/// its first loads wait for no test of the base (slot_width::look).
 template <>
 struct view_handle<class_slots<heap_slabs>> {
   DEVMR_HOST_DEVICE static heap_header* of(class_slots<heap_slabs> const& s) {
     return s.slabs().header();
   }
   DEVMR_HOST_DEVICE static class_slots<heap_slabs> view(heap_header* h) {
-    return heap_slots(heap_slabs{h, read_only(h->checked) != 0},
-                      slot_width::fixed_for(h->slot_widths, max_slots));
+    return heap_slots(heap_slabs{h, read_only(h->checked) != 0}, false);
   }
 };
 

@@ -121,25 +121,28 @@ struct slot_width {
     return cls < max_classes ? mask_of(atomic(shape->widths).load(relaxed), cls) : base();
   }
 
-  /// What an update of the widths reads first (use, widen): the word, the budget, and whether the
-  /// widths are fixed (nothing to update). An install that reads it beside its look at its
-  /// class's list, or beside its take off the list (class_slots::take_roomy, take_listed_in),
-  /// and updates from it after them issues the update with no load to wait for.
+  /// What an update of the widths reads first (use, widen): the word and the budget, loaded
+  /// together; nothing where the caller knows the widths fixed. An install that reads it beside
+  /// its look at its class's list, or beside its take off the list (class_slots::take_roomy,
+  /// take_listed_in), and updates from it after them issues the update with no load to wait for.
+  /// It reads no base: a test of the base that decided whether to load the word would hold the
+  /// word's load, and the look beside it, until the base came back (the L1 holds no copy once
+  /// a claim's acquire emptied it). A heap whose widths are fixed but not known so (a ref taken
+  /// before a grow fixed them) updates from its word as any other: there every class has every
+  /// slot, and every class's share of the budget is all of them, so that no width changes; a
+  /// class that comes into use gains its bit, once.
   struct snapshot {
     std::uint64_t word;
-    /// The budget (slot_shape::budget), or fixed_budget where the widths are fixed.
     std::uint32_t budget;
-    static constexpr std::uint32_t fixed_budget = ~std::uint32_t{0};
-    DEVMR_HOST_DEVICE constexpr bool fixed() const { return budget == fixed_budget; }
+    bool fixed;
   };
   /// A snapshot that updates nothing, as of fixed widths.
-  DEVMR_HOST_DEVICE static constexpr snapshot no_update() { return {0, snapshot::fixed_budget}; }
+  DEVMR_HOST_DEVICE static constexpr snapshot no_update() { return {0, 0, true}; }
   DEVMR_HOST_DEVICE snapshot look() const {
     if (known_fixed || shape == nullptr) {
       return no_update();
     }
-    std::uint64_t const word = atomic(shape->widths).load(relaxed);
-    return {word, fixed_for(*shape, limit) ? snapshot::fixed_budget : budget()};
+    return {atomic(shape->widths).load(relaxed), budget(), false};
   }
 
   /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every
@@ -147,7 +150,7 @@ struct slot_width {
   DEVMR_HOST_DEVICE void use(unsigned cls) const { use(cls, look()); }
   /// use, from what `seen` read of the widths (look).
   DEVMR_HOST_DEVICE void use(unsigned cls, snapshot seen) const {
-    if (seen.fixed()) {
+    if (seen.fixed) {
       return;
     }
     auto w = atomic(shape->widths);
@@ -191,7 +194,7 @@ struct slot_width {
   }
   /// widen, from what `seen` read of the widths (look).
   DEVMR_HOST_DEVICE void widen(unsigned cls, snapshot seen) const {
-    if (cls >= max_classes || seen.fixed()) {
+    if (cls >= max_classes || seen.fixed) {
       return;
     }
     unsigned const now = log2_of(seen.word, cls);

@@ -56,8 +56,12 @@ constexpr unsigned churn_bytes = 64;
 constexpr unsigned full_mask = 0xffffffffu;
 
 /// devmr: a 24 GiB heap serves the largest row (2^22 x 4096 B = 16 GiB) with slack.
-constexpr std::size_t heap_bytes = 24 * gib;
-constexpr std::size_t heap_pool_bytes = heap_bytes + 64 * mib;  // + header, slab metadata, scratch
+/// The heap the rows run on, unless --heap says otherwise (GiB).
+constexpr unsigned default_heap_gib = 24;
+/// The heap's pool: the heap and room for its header, slab metadata and scratch.
+constexpr std::size_t heap_pool_bytes(std::size_t heap_bytes) {
+  return heap_bytes + 64 * mib;
+}
 /// CUDA malloc: its heap limit, set before the first kernel launch (2^20 x 4096 B = 4 GiB at most).
 constexpr std::size_t malloc_heap_bytes = 20 * gib;
 /// Floor: the bump buffer holds the largest row without reuse.
@@ -363,8 +367,9 @@ struct options {
   bool quick = false;
   bool no_malloc = false;
   bool reset = false;  ///< devmr: reset the heap before every run, not only a row's first
+  unsigned heap_gib = default_heap_gib;             ///< --heap: the heap's size
   std::vector<std::pair<unsigned, unsigned>> only;  ///< --row: threads, size_arg or churn_row
-  std::string only_flags;                           ///< those --row arguments, as given
+  std::string only_flags;                           ///< those --row and --heap arguments, as given
 
   /// True when the row of `threads` and `size_arg` runs: every row, or the ones --row names.
   [[nodiscard]] bool runs(unsigned threads, unsigned size_arg) const {
@@ -376,11 +381,12 @@ struct options {
 [[noreturn]] void usage(char const* argv0, int status) {
   std::fprintf(
       status == 0 ? stdout : stderr,
-      "usage: %s [--quick] [--no-malloc] [--reset] [--row T:S]...\n"
+      "usage: %s [--quick] [--no-malloc] [--reset] [--heap G] [--row T:S]...\n"
       "  --quick      only 2^20 threads, 3 runs per phase instead of 5\n"
       "  --no-malloc  leave out CUDA's device malloc\n"
       "  --reset      devmr: reset the heap before every run of a row, not only before the first\n"
       "               (every run then starts from fresh slabs instead of recycled ones)\n"
+      "  --heap G     a heap of G GiB (default 24; 2^22 threads of 4 KiB blocks need over 16)\n"
       "  --row T:S    only this row (repeatable): T = 16, 20 or 22 (2^T threads), S = 16, 64,\n"
       "               256, 1024, 4096, mixed or churn; for profiling one row, or comparing "
       "builds\n",
@@ -867,7 +873,8 @@ int run(options const& opts) {
   time_heap_construction();  // first, with its own pool, freed before the rest is reserved
   std::fflush(stdout);
 
-  devmr::device_pool pool{devmr::pool_options{.initial_bytes = heap_pool_bytes}};
+  std::size_t const heap_bytes = std::size_t{opts.heap_gib} * gib;
+  devmr::device_pool pool{devmr::pool_options{.initial_bytes = heap_pool_bytes(heap_bytes)}};
   devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = heap_bytes}};
   std::vector<row> rows;
   int const reps = opts.quick ? 3 : 5;
@@ -929,6 +936,14 @@ int main(int argc, char** argv) {
       opts.no_malloc = true;
     } else if (std::strcmp(argv[a], "--reset") == 0) {
       opts.reset = true;
+    } else if (std::strcmp(argv[a], "--heap") == 0) {
+      unsigned long const g = a + 1 == argc ? 0 : std::strtoul(argv[++a], nullptr, 10);
+      if (g == 0 || g > 1024) {
+        std::fprintf(stderr, "heap_bench: --heap needs a size in GiB, 1 to 1024\n");
+        usage(argv[0], 64);
+      }
+      opts.heap_gib = static_cast<unsigned>(g);
+      opts.only_flags += " --heap " + std::to_string(g);
     } else if (std::strcmp(argv[a], "--row") == 0) {
       if (a + 1 == argc) {
         std::fprintf(stderr, "heap_bench: --row needs a row, e.g. --row 16:4096\n");

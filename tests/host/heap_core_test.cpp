@@ -24,7 +24,9 @@ using namespace devmr::detail::heap;
 /// A heap over host memory: header, arenas and their metadata, as slab_heap lays them out.
 class host_heap {
  public:
-  host_heap(std::vector<std::uint64_t> const& arena_slabs, bool checked)
+  /// `rows`: installs take rows of slabs (layout.hpp, run_slabs), as on a heap that gives every
+  /// class every slot from the start, though this one is small.
+  host_heap(std::vector<std::uint64_t> const& arena_slabs, bool checked, bool rows = false)
       : header_{std::make_unique<heap_header>()} {
     initialize(*header_, checked);
     for (std::uint64_t slabs : arena_slabs) {
@@ -40,6 +42,7 @@ class host_heap {
       add_arena(*header_, arena_at(base, meta, slabs));
       memory_.insert(memory_.end(), {base, meta});
     }
+    header_->rows = rows ? 1u : 0u;
   }
   ~host_heap() {
     for (void* p : memory_) {
@@ -409,6 +412,151 @@ TEST_CASE("frees without a size find the class from the slab's tag", "[heap][cor
   CHECK(heap.header().counters.invalid_frees == 0);
 }
 
+TEST_CASE("a heap decides once, from its first arena, whether its installs take rows",
+          "[heap][core][rows]") {
+  // 16 GiB give every class every slot (slot_mask_for): such a heap takes rows; a grow neither
+  // gives a smaller heap rows nor takes them from a larger one.
+  auto const decide = [](std::vector<std::uint64_t> const& arenas) {
+    auto h = std::make_unique<heap_header>();
+    initialize(*h, false);
+    for (std::uint64_t slabs : arenas) {
+      add_arena(*h, arena_desc{nullptr, nullptr, nullptr, nullptr, nullptr, slabs});
+    }
+    return h->rows;
+  };
+  CHECK(decide({16384}) == 1u);
+  CHECK(decide({16383}) == 0u);
+  CHECK(decide({16383, 16384}) == 0u);
+  CHECK(decide({16384, 1}) == 1u);
+}
+
+TEST_CASE("a row is taken from its marks alone, the other marks of its word left in place",
+          "[heap][core][rows]") {
+  CHECK(slab_supply::first_row(0xf0u, 4) == 0xf0u);
+  CHECK(slab_supply::first_row(0x78u, 4) == 0x78u);  // at any place in the word
+  CHECK(slab_supply::first_row(0x77u, 4) == 0u);
+  CHECK(slab_supply::first_row(0xff0eu, 4) == 0xf00u);
+  CHECK(slab_supply::first_row(~std::uint64_t{0}, 64) == ~std::uint64_t{0});
+  CHECK(slab_supply::first_row(~std::uint64_t{0} >> 1, 64) == 0u);
+  host_heap heap{{64}, false, true};
+  slab_supply const supply{&heap.header()};
+  std::uint64_t& word = heap.header().arenas[0].empty_bits[0];
+  word = 0x3e0eu;  // slabs 1 to 3 and 9 to 13 marked: one row of four, slabs 9 to 12
+  CHECK(supply.take_row_in(0, 0, 4) == make_slab_id(0, 9));
+  CHECK(word == 0x200eu);
+  CHECK(supply.take_row_in(0, 0, 4) == no_slab);
+  CHECK(word == 0x200eu);
+}
+
+TEST_CASE(
+    "a slot of a class that takes rows hands out a row of slabs in order, and each slab "
+    "gets its own blocks back",
+    "[heap][core][rows]") {
+  host_heap heap{{32}, false, true};
+  auto core = heap.core();
+  auto const out = [&] { return slab_supply{&heap.header()}.out_count(0); };
+  std::uint64_t const& marks = heap.header().arenas[0].empty_bits[0];
+  unsigned constexpr cls = 8;  // 4 KiB, 256 to a slab
+  std::uint32_t const per_slab = class_capacity(cls);
+  std::vector<void*> blocks = allocate_blocks(core, cls, 2 * per_slab + 10);
+  REQUIRE(blocks.size() == 2 * per_slab + 10);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    CHECK(blocks[i] == static_cast<std::byte*>(blocks[0]) + i * class_bytes(cls));
+  }
+  CHECK(slab_of(core, blocks[0]) == make_slab_id(0, 0));
+  CHECK(slab_of(core, blocks.back()) == make_slab_id(0, 2));
+  CHECK(heap.header().frontier[0] == run_slabs);  // one row, from the fresh slabs
+  CHECK(out() == run_slabs);
+  CHECK(heap.blocks_in_use() == blocks.size());
+  CHECK(heap.blocks_in_use(cls) == blocks.size());
+  // The slot gives the row up: slabs 0 and 1 used up, slab 2 with 246 blocks never claimed, and
+  // slab 3, never touched, back in the supply.
+  core.slots().vacate(cls, 0, 0);
+  CHECK(heap.blocks_in_use() == blocks.size());
+  CHECK(out() == run_slabs - 1);
+  CHECK(marks == 0x8u);
+  // Frees with a size and without one: every slab of the row leaves the class.
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    core.free_one(blocks[i], 0, i % 2 == 0 ? class_bytes(cls) : 0);
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(out() == 0u);
+  CHECK(marks == 0xfu);
+  CHECK(heap.header().counters.invalid_frees == 0);
+  // The next install takes the same row again, from its marks.
+  void* again = core.allocate_small(cls, 0, 0);
+  CHECK(again == blocks[0]);
+  CHECK(marks == 0u);
+  CHECK(heap.header().frontier[0] == run_slabs);
+  core.free_one(again, 0, class_bytes(cls));
+  CHECK(heap.blocks_in_use() == 0);
+}
+
+TEST_CASE("a slot whose row was used up and freed takes a new row and closes the old one",
+          "[heap][core][rows]") {
+  host_heap heap{{32}, false, true};
+  auto core = heap.core();
+  unsigned constexpr cls = 7;  // 2 KiB, 512 to a slab
+  std::uint32_t const per_row = class_capacity(cls) * run_slabs;
+  std::vector<void*> blocks = allocate_blocks(core, cls, per_row);
+  REQUIRE(blocks.size() == per_row);
+  for (void* p : blocks) {
+    core.free_one(p, 0, class_bytes(cls));
+  }
+  CHECK(heap.blocks_in_use() == 0);
+  // Every block of the row is free, but the row is not opened again in place, as a single slab
+  // would be (class_slots::renew): its first slab alone would leave the others in no place.
+  void* next = core.allocate_small(cls, 0, 0);
+  REQUIRE(next != nullptr);
+  CHECK(slab_of(core, next) == make_slab_id(0, run_slabs));
+  CHECK(heap.header().frontier[0] == 2 * run_slabs);
+  CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs);
+  CHECK(heap.header().arenas[0].empty_bits[0] == 0xfu);
+  core.free_one(next, 0, class_bytes(cls));
+  CHECK(heap.blocks_in_use() == 0);
+}
+
+TEST_CASE("rows are for the classes of 1 KiB and up, on unchecked heaps with room",
+          "[heap][core][rows]") {
+  {
+    host_heap heap{{32}, false, true};
+    auto core = heap.core();
+    CHECK(core.allocate_small(first_run_class - 1, 0, 0) != nullptr);
+    CHECK(heap.header().frontier[0] == 1);
+    CHECK(core.allocate_small(first_run_class, 0, 0) != nullptr);
+    CHECK(heap.header().frontier[0] == 1 + run_slabs);
+  }
+  {
+    host_heap heap{{32}, true, true};  // checked: every fresh slab's blocks go out from its bits
+    auto core = heap.core();
+    CHECK(allocate_blocks(core, 8, class_capacity(8) + 1).size() == class_capacity(8) + 1);
+    CHECK(heap.header().frontier[0] == 2);
+  }
+  {
+    // A large block's run, freed, rests on its stack: a row is cut from it.
+    host_heap heap{{12}, false, true};
+    auto core = heap.core();
+    void* large = core.allocate_large(5 * slab_bytes, 0);
+    REQUIRE(large != nullptr);
+    core.free_one(large, 0);
+    void* kilo = core.allocate_small(6, 0, 0);
+    CHECK(kilo == large);
+    CHECK(heap.header().frontier[0] == 5);
+    CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs);
+    core.free_one(kilo, 0);
+    CHECK(heap.blocks_in_use() == 0);
+  }
+  {
+    // A heap short of room takes one slab, though four are left.
+    host_heap heap{{32}, false, true};  // roomy while fewer than 28 slabs are out
+    auto core = heap.core();
+    void* large = core.allocate_large(28 * slab_bytes, 0);
+    REQUIRE(large != nullptr);
+    CHECK(core.allocate_small(8, 0, 0) != nullptr);
+    CHECK(heap.header().frontier[0] == 29);
+  }
+}
+
 TEST_CASE("checked heaps count invalid and double frees and lose nothing", "[heap][core]") {
   host_heap heap{{8}, true};
   auto core = heap.core();
@@ -668,6 +816,25 @@ TEST_CASE("threads claiming through the slots of a kernel's warps share no block
     CHECK(failures == 0);
     CHECK(heap.blocks_in_use() == 0);
     CHECK(heap.header().counters.invalid_frees == 0);
+  }
+}
+
+TEST_CASE("threads churning a heap whose installs take rows never fail nor share a block",
+          "[heap][core][threads][rows]") {
+  // The classes of 1 KiB to 4 KiB take rows of slabs while the heap is roomy, on two arenas:
+  // rows open, close with their blocks in use, and their slabs go back one at a time.
+  int const operations = under_tsan() ? 3000 : 30000;
+  for (double const share : {0.5, 0.8}) {
+    INFO(share << " of the heap live");
+    host_heap heap{{98, 66}, false, true};
+    auto const [errors, failures] = run_churn(heap, 8, operations, share);
+    CHECK(errors == 0);
+    CHECK(failures == 0);
+    CHECK(heap.blocks_in_use() == 0);
+    CHECK(heap.header().counters.invalid_frees == 0);
+    auto core = heap.core();
+    CHECK(core.allocate_large(98 * slab_bytes, 0) != nullptr);
+    CHECK(core.allocate_large(66 * slab_bytes, 0) != nullptr);
   }
 }
 

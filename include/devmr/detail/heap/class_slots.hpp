@@ -131,7 +131,10 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
  *    same for the class's slabs closed with free blocks too few to list (see reclaim);
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
  *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
- *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class;
+ *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class; optionally
+ *    `take_empty_for(cls, hint)`: for an install of class `cls` on a roomy heap, an empty slab or
+ *    a row of them, consecutive ids whose memory lies in a row (their count from bit 56 of the
+ *    result), whose blocks the slot hands out in order as one slab's (open_row);
  *  - `roomy()`: whether more than the heap's roomy share of its slabs is empty (a hint), and
  *    `count_out(id)`: slab `id`, taken from the supply, is formatted for a class (take_roomy);
  *  - `in_flight()`: the count of slabs that installs hold, and `moves()`: the count of slabs
@@ -260,7 +263,9 @@ class class_slots {
                                       std::uint64_t now,
                                       std::uint32_t want) const {
     std::uint32_t const id = slot_id(now);
-    bool const renewed = avail(id, cls).renew();
+    // A row of slabs (open_row) is not opened again: its slabs are closed and a new one taken.
+    bool const row = slot_is_fresh(now) && slot_promised(now) > slabs_.blocks(cls);
+    bool const renewed = !row && avail(id, cls).renew();
     bool const roomy = slabs_.roomy();
     if (!renewed) {
       return {no_slab, roomy ? 1u : 0u, 0, false};
@@ -402,7 +407,8 @@ class class_slots {
     std::uint32_t promised = 0;
     bool fresh = false;
     // A roomy heap gives the slot an empty slab rather than a listed one with few free blocks
-    // (or the listed one with many that its look found, opened: `promised` blocks).
+    // (or the listed one with many that its look found, opened: `promised` blocks), or a row of
+    // empty slabs, opened (open_row: `promised` fresh blocks).
     std::uint32_t id = no_slab;
     if (roomy) {
       std::uint64_t const got = out_of_line<&class_slots::take_roomy>(*this, cls, hint);
@@ -455,22 +461,40 @@ class class_slots {
       }
     }
     if (id == no_slab) {
-      block_claim got = no_claim;
-      if (want != 0) {
-        got = steal(cls, want, hint);
-      }
-      give_up(cls, slot, hint);
-      return got;
+      return out_of_line<&class_slots::out_of_slabs>(*this, cls, slot, want, hint);
     }
     std::uint32_t const mine = want < promised ? want : promised;
+    // A row of slabs (open_row) promised more than a slab's blocks, fresh ones; a reused slab
+    // promises fewer.
+    fresh = fresh || promised > slabs_.blocks(cls);
     // acq_rel: release publishes the format (or the frees that open_listed acquired) to the
     // claims, which acquire; acquire orders the format of the slab that this replaces, if
     // another installer published one meanwhile, before its close.
-    std::uint64_t const old =
-        atomic(word(cls, slot)).exchange(make_class_slot(id, promised, fresh, mine), acq_rel);
+    std::uint64_t const now = make_class_slot(id, promised, fresh, mine);
+    std::uint64_t const old = atomic(word(cls, slot)).exchange(now, acq_rel);
     let_go_in_flight();
-    close(old, cls, hint);
+    if (is_row(old, cls)) {
+      // Out of line, with what the claim got passed through (nothing held across the call).
+      std::uint64_t const got = out_of_line<&class_slots::close_row>(*this, old, cls, hint, now);
+      return {slot_id(got), 0, slot_claimed(got), slot_is_fresh(got)};
+    }
+    close_slab(old, cls, hint);
     return {id, 0, mine, fresh};
+  }
+
+  /// An install of class `cls` in slot `slot` that found no slab: a claim of `want` blocks takes
+  /// what it can from the current slab of another slot of its class (steal), and the slot is
+  /// left vacant (give_up). A slow path: called out of line.
+  DEVMR_HOST_DEVICE block_claim out_of_slabs(unsigned cls,
+                                             unsigned slot,
+                                             std::uint32_t want,
+                                             unsigned hint) const {
+    block_claim got = no_claim;
+    if (want != 0) {
+      got = steal(cls, want, hint);
+    }
+    give_up(cls, slot, hint);
+    return got;
   }
 
   /// Counts a slab that an install took, off a list or from the supply, as in flight until it
@@ -503,6 +527,21 @@ class class_slots {
   /// Closes the slab of slot value `old`, which this thread swapped out of its slot (nothing
   /// when it names none): the blocks the slot promised and no claim took go back.
   DEVMR_HOST_DEVICE void close(std::uint64_t old, unsigned cls, unsigned hint) const {
+    if (is_row(old, cls)) {
+      out_of_line<&class_slots::close_row>(*this, old, cls, hint, old);
+    } else {
+      close_slab(old, cls, hint);
+    }
+  }
+
+  /// Whether slot value `old` of class `cls` names a row of slabs (open_row): fresh blocks, more
+  /// than a slab's.
+  DEVMR_HOST_DEVICE bool is_row(std::uint64_t old, unsigned cls) const {
+    return is_slab(slot_id(old)) && slot_is_fresh(old) && slot_promised(old) > slabs_.blocks(cls);
+  }
+
+  /// close, for a slot value that names one slab (or none).
+  DEVMR_HOST_DEVICE void close_slab(std::uint64_t old, unsigned cls, unsigned hint) const {
     std::uint32_t const id = slot_id(old);
     if (!is_slab(id)) {
       return;
@@ -513,6 +552,15 @@ class class_slots {
     if (unused != 0 && slot_is_fresh(old)) {
       bitmap(id, cls).give_range(claimed, promised);  // a reused slab's are still set
     }
+    close_one(id, cls, unused, hint);
+  }
+
+  /// Closes slab `id` of class `cls`, swapped out of its slot (alone or in a row) with `unused`
+  /// of its blocks promised and not claimed, whose bits are set.
+  DEVMR_HOST_DEVICE void close_one(std::uint32_t id,
+                                   unsigned cls,
+                                   std::uint32_t unused,
+                                   unsigned hint) const {
     avail_event const event = avail(id, cls).close(unused);
     if (event == avail_event::below) {
       slabs_.below(cls, slabs_.part_of(id)).insert(slabs_.member(id));
@@ -523,6 +571,45 @@ class class_slots {
       // A slab swapped out of its slot was on no list and in no slot until here.
       atomic(slabs_.moves()).fetch_add(1, relaxed);
     }
+  }
+
+  /// Formats and opens the `row` empty slabs from `id` for class `cls`, for a slot that hands out
+  /// the blocks of all of them in order, as one slab's (Slabs::take_empty_for): each slab counts
+  /// as out of the supply, takes the class, and keeps a count and a bitmap of its own, clear, to
+  /// which the frees of its blocks go. Returns the blocks the slot promises: all of them.
+  DEVMR_HOST_DEVICE std::uint32_t open_row(std::uint32_t id,
+                                           std::uint32_t row,
+                                           unsigned cls) const {
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < row; ++i) {
+      slabs_.count_out(id + i);
+      slabs_.format(id + i, cls);
+      bitmap(id + i, cls).clear();
+      avail(id + i, cls).open_fresh();
+    }
+    return row * slabs_.blocks(cls);
+  }
+
+  /// Closes the row of slabs of slot value `old` (open_row), which this thread swapped out of its
+  /// slot: each slab gets back its blocks that the slot promised and no claim took (the claims
+  /// took the row's blocks in order). Returns `pass`, so that a caller out of line holds nothing
+  /// across the call. A slow path: called out of line.
+  DEVMR_HOST_DEVICE std::uint64_t close_row(std::uint64_t old,
+                                            unsigned cls,
+                                            unsigned hint,
+                                            std::uint64_t pass) const {
+    std::uint32_t const per_slab = slabs_.blocks(cls);
+    std::uint32_t const id = slot_id(old);
+    std::uint32_t const claimed = slot_claimed(old);
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < slot_promised(old) / per_slab; ++i) {
+      std::uint32_t const before = i * per_slab;
+      std::uint32_t const left = claimed > before ? claimed - before : 0;
+      std::uint32_t const taken = left < per_slab ? left : per_slab;
+      if (taken != per_slab) {
+        bitmap(id + i, cls).give_range(taken, per_slab);
+      }
+      close_one(id + i, cls, per_slab - taken, hint);
+    }
+    return pass;
   }
 
   /// Empties slot `slot` of class `cls` (for reset-like uses and tests): closes its slab.
@@ -664,10 +751,27 @@ class class_slots {
       }
       // A look at a word emptied meanwhile, a slab with few free blocks, or a list that ran dry
       // before the take: an empty slab.
-      return slabs_.take_empty(hint);
+      return take_empty_for(cls, hint);
     }
     width_.use(cls, widths);
-    return slabs_.take_empty(hint);
+    return take_empty_for(cls, hint);
+  }
+
+  /// An empty slab for an install of class `cls` on a roomy heap (its id), or a row of them,
+  /// opened (open_row), where Slabs gives rows (take_empty_for): as take_roomy returns them,
+  /// with the blocks the row promises in the high word (more than a slab's: fresh blocks).
+  DEVMR_HOST_DEVICE std::uint64_t take_empty_for(unsigned cls, unsigned hint) const {
+    if constexpr (requires { slabs_.take_empty_for(cls, hint); }) {
+      std::uint64_t const got = slabs_.take_empty_for(cls, hint);
+      auto const row = static_cast<std::uint32_t>(got >> 56);
+      auto const id = static_cast<std::uint32_t>(got);
+      if (row <= 1) {
+        return id;
+      }
+      return id | (std::uint64_t{open_row(id, row, cls)} << 32);
+    } else {
+      return slabs_.take_empty(hint);
+    }
   }
 
   /// A slab off class `cls`'s list, opened for the caller's slot with `promised` blocks;

@@ -71,6 +71,9 @@ inline void add_arena(heap_header& h, arena_desc const& arena) {
     for (unsigned hint = 0; hint < max_slots; ++hint) {
       h.empty_cursor[hint] = first_cursor(h, hint);
     }
+    // Rows of slabs (run_slabs), decided with the first arena: a heap that gives every class
+    // every slot from the start has room for slots that hold rows.
+    h.rows = slot_mask_for(total_slabs(h)) + 1 == max_slots ? 1u : 0u;
   }
   h.slot_widths.base = slot_mask_for(total_slabs(h));
   h.slot_widths.budget = slot_budget_for(total_slabs(h));

@@ -264,12 +264,27 @@ class heap_core : public slab_supply {
 /// What a slab holds, as statistics see it (slab_usage).
 enum class slab_use { none, small, large };
 
-/// The blocks that slot value `w` promised and no claim took: free blocks of its slab that the
-/// slab's count does not hold.
-DEVMR_HOST_DEVICE inline std::uint32_t slot_unclaimed(std::uint64_t w) {
-  return is_slab(slot_id(w)) && slot_claimed(w) < slot_promised(w)
-             ? slot_promised(w) - slot_claimed(w)
-             : 0;
+/// The blocks of slab `id` (of `per_slab` blocks) that slot value `w` promised and no claim took:
+/// free blocks of the slab that its count does not hold. A slot that hands out a row of fresh
+/// slabs (class_slots::open_row) promised all of their blocks, in order.
+DEVMR_HOST_DEVICE inline std::uint32_t slot_unclaimed(std::uint64_t w,
+                                                      std::uint32_t id,
+                                                      std::uint32_t per_slab) {
+  std::uint32_t const first = slot_id(w);
+  std::uint32_t const promised = slot_promised(w);
+  std::uint32_t const claimed = slot_claimed(w);
+  if (!is_slab(first) || claimed >= promised) {
+    return 0;
+  }
+  if (!slot_is_fresh(w) || promised <= per_slab) {
+    return first == id ? promised - claimed : 0;
+  }
+  if (id < first || id - first >= promised / per_slab) {
+    return 0;
+  }
+  std::uint32_t const before = (id - first) * per_slab;
+  std::uint32_t const left = claimed > before ? claimed - before : 0;
+  return left < per_slab ? per_slab - left : 0;
 }
 
 /// What slab `id` (metadata `m`) of the heap at `h` holds for users (statistics scans, with no
@@ -297,8 +312,10 @@ DEVMR_HOST_DEVICE inline slab_use slab_usage(heap_header const& h,
   in_use = class_capacity(tag) - (avail & avail_count_mask);
   if ((avail & avail_open) != 0) {
     for (auto const& line : h.slots) {
-      if (slot_id(line.classes[tag]) == id) {
-        in_use -= slot_unclaimed(line.classes[tag]);
+      if (std::uint32_t const unclaimed =
+              slot_unclaimed(line.classes[tag], id, class_capacity(tag));
+          unclaimed != 0) {
+        in_use -= unclaimed;
         break;
       }
     }

@@ -129,6 +129,20 @@ class heap_slabs {
                          : out_of_line<&slab_supply::take_run>(supply(), std::uint32_t{1}, hint);
   }
 
+  /// For an install of class `cls` on a roomy heap: a row of run_slabs empty slabs where the heap
+  /// takes rows (heap_header::rows) and the class is one of those that do, as take_row gives it
+  /// (the count of slabs from bit 56), else one slab (take_empty). A checked heap takes no rows:
+  /// its fresh slabs hand their blocks out from their bitmaps, one slab's each.
+  DEVMR_HOST_DEVICE std::uint64_t take_empty_for(unsigned cls, unsigned hint) const {
+    if (cls >= first_run_class && !checked_ && read_only(h_->rows) != 0) {
+      std::uint64_t const row = out_of_line<&slab_supply::take_row>(supply(), run_slabs, hint);
+      if (static_cast<std::uint32_t>(row) != no_slab) {
+        return row;
+      }
+    }
+    return take_empty(hint);
+  }
+
   /// Slab `id`, whose blocks are all free, goes back to the supply: marked in its arena's
   /// bitmap of empty slabs. The thread that emptied it acquired every free of its blocks
   /// (slab_avail::settle); the mark's release passes them on to the search that takes it.

@@ -26,6 +26,15 @@ inline constexpr std::size_t max_small_bytes = std::size_t{1} << max_small_shift
 /// block bitmap.
 inline constexpr std::size_t max_blocks_per_slab = slab_bytes >> min_block_shift;
 
+/// On a heap large enough that every class has every slot from the start (slot_width: fixed
+/// widths), an install of a class of 1 KiB blocks or larger that takes empty slabs on a roomy
+/// heap takes up to `run_slabs` of them in a row, and its slot hands out the blocks of all of
+/// them in order, as the blocks of one slab: a slot of 4 KiB blocks then serves 32 warps between
+/// installs instead of 8. Each slab of the row keeps its own count and bitmap, so that frees do
+/// not know of rows, and a row that the supply cannot give is one slab.
+inline constexpr std::uint32_t run_slabs = 4;
+inline constexpr unsigned first_run_class = 6;  // 1 KiB blocks
+
 /// A heap holds at most this many arenas (grow in larger steps past that).
 inline constexpr unsigned max_arenas = 64;
 /// Current-slab slots per size class; a warp uses its SM's, or a second one for the SM's odd
@@ -209,6 +218,7 @@ struct heap_header {
   std::uint64_t frontier[max_arenas];    ///< slabs of each arena handed out at least once
   std::uint32_t arena_count;             ///< arenas[0, arena_count) are published
   std::uint32_t checked;                 ///< nonzero: validate every free
+  std::uint32_t rows;                    ///< nonzero: installs take rows of slabs (run_slabs)
   std::uint64_t free_runs[run_classes];  ///< runs of >= 2 slabs: Treiber stack heads ([0] unused)
   padded_word free_slabs[slab_shards];   ///< single slabs: Treiber stack heads, by SM
   padded_word runs_in_flight;   ///< runs popped to be split (or bitmap words taken) whose other

@@ -139,6 +139,65 @@ class slab_supply : public heap_view {
     return id;
   }
 
+  /// `slabs` (2 to 64) empty slabs in a row, for an install whose slot hands out the blocks of
+  /// all of them (layout.hpp, run_slabs): from the marks of the bitmap word under this hint's
+  /// cursor, or of the first word with marks from there on (moving the cursor there), else from
+  /// a free run on the stack of runs as long or longer (a large block's, freed), else from the
+  /// fresh slabs. Returns the first slab's id, with `slabs` from bit 56 (a row), or no_slab
+  /// when none of these has a row: the caller takes one slab as it would otherwise. A row taken
+  /// from the marks leaves the other marks of its word where they are. A slow path: called out
+  /// of line.
+  DEVMR_HOST_DEVICE std::uint64_t take_row(std::uint32_t slabs, unsigned hint) const {
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    std::uint32_t at = atomic(h_->empty_cursor[hint % max_slots]).load(relaxed);
+    std::uint32_t id = no_slab;
+    for (unsigned look = 0; look < 2 && id == no_slab; ++look) {
+      if (look == 1) {
+        at = find_marked_word(hint);
+        if (at == no_slab) {
+          break;
+        }
+        atomic(h_->empty_cursor[hint % max_slots]).store(at, relaxed);
+      }
+      std::uint32_t const a = arena_of(at) < arenas ? arena_of(at) : 0;
+      std::uint32_t const w = index_of(at) < bitmap_words(a) ? index_of(at) : 0;
+      id = take_row_in(a, w, slabs);
+    }
+    if (id == no_slab) {
+      id = pop_run(ceil_log2(slabs), slabs, hint);
+    }
+    if (id == no_slab) {
+      id = take_fresh(slabs, hint);
+    }
+    return id == no_slab ? no_slab : id | (std::uint64_t{slabs} << 56);
+  }
+
+  /// The bits of `marks` that stand for its first `slabs` marks in a row (0 when there are none).
+  DEVMR_HOST_DEVICE static std::uint64_t first_row(std::uint64_t marks, std::uint32_t slabs) {
+    std::uint64_t starts = marks;  // bit i: marks i to i + slabs - 1 all set
+    for (std::uint32_t s = 1; s < slabs; ++s) {
+      starts &= marks >> s;
+    }
+    std::uint64_t const ones = slabs == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << slabs) - 1;
+    return starts == 0 ? 0 : ones << cuda::std::countr_zero(starts);
+  }
+
+  /// Takes the first `slabs` marks in a row of word `w` of arena `a`'s bitmap of empty slabs,
+  /// clearing only those; no_slab when the word has no such row.
+  DEVMR_HOST_DEVICE std::uint32_t take_row_in(std::uint32_t a,
+                                              std::uint32_t w,
+                                              std::uint32_t slabs) const {
+    auto word = atomic(empty_word(a, w));
+    std::uint64_t marks = word.load(relaxed);
+    for (std::uint64_t row = first_row(marks, slabs); row != 0; row = first_row(marks, slabs)) {
+      // acq_rel: pairs with the release in mark (the frees of every block happened before).
+      if (word.compare_exchange_weak(marks, marks & ~row, acq_rel, relaxed)) {
+        return make_slab_id(a, w * 64 + static_cast<std::uint32_t>(cuda::std::countr_zero(row)));
+      }
+    }
+    return no_slab;
+  }
+
   /// Sets `marks` in the bitmap word whose first slab is `row` (nothing for no_slab).
   DEVMR_HOST_DEVICE void flush_marks(std::uint32_t row, std::uint64_t marks) const {
     if (row != no_slab) {

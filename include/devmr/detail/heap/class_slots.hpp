@@ -751,16 +751,16 @@ class class_slots {
       }
       // A look at a word emptied meanwhile, a slab with few free blocks, or a list that ran dry
       // before the take: an empty slab.
-      return take_empty_for(cls, hint);
+      return take_fresh_for(cls, hint);
     }
     width_.use(cls, widths);
-    return take_empty_for(cls, hint);
+    return take_fresh_for(cls, hint);
   }
 
   /// An empty slab for an install of class `cls` on a roomy heap (its id), or a row of them,
   /// opened (open_row), where Slabs gives rows (take_empty_for): as take_roomy returns them,
   /// with the blocks the row promises in the high word (more than a slab's: fresh blocks).
-  DEVMR_HOST_DEVICE std::uint64_t take_empty_for(unsigned cls, unsigned hint) const {
+  DEVMR_HOST_DEVICE std::uint64_t take_fresh_for(unsigned cls, unsigned hint) const {
     if constexpr (requires { slabs_.take_empty_for(cls, hint); }) {
       std::uint64_t const got = slabs_.take_empty_for(cls, hint);
       auto const row = static_cast<std::uint32_t>(got >> 56);

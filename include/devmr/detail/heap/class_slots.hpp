@@ -67,6 +67,15 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t slot_promised(std::uint64_t w) {
 DEVMR_HOST_DEVICE constexpr bool slot_is_fresh(std::uint64_t w) {
   return (w & slot_fresh) != 0;
 }
+/// Of the blocks of a row of slabs (class_slots::open_row), which its slot hands out in order,
+/// `claimed` claimed: those of slab `index` of the row (`per_slab` blocks each).
+DEVMR_HOST_DEVICE constexpr std::uint32_t row_slab_claimed(std::uint32_t claimed,
+                                                           std::uint32_t index,
+                                                           std::uint32_t per_slab) {
+  std::uint32_t const before = index * per_slab;
+  std::uint32_t const left = claimed > before ? claimed - before : 0;
+  return left < per_slab ? left : per_slab;
+}
 /// A slot with no slab and no claim since it lost its last: the next claim installs.
 DEVMR_HOST_DEVICE constexpr bool slot_is_vacant(std::uint64_t w) {
   return !is_slab(slot_id(w)) && slot_claimed(w) == 0;
@@ -264,8 +273,7 @@ class class_slots {
                                       std::uint32_t want) const {
     std::uint32_t const id = slot_id(now);
     // A row of slabs (open_row) is not opened again: its slabs are closed and a new one taken.
-    bool const row = slot_is_fresh(now) && slot_promised(now) > slabs_.blocks(cls);
-    bool const renewed = !row && avail(id, cls).renew();
+    bool const renewed = !is_row(now, cls) && avail(id, cls).renew();
     bool const roomy = slabs_.roomy();
     if (!renewed) {
       return {no_slab, roomy ? 1u : 0u, 0, false};
@@ -601,9 +609,7 @@ class class_slots {
     std::uint32_t const id = slot_id(old);
     std::uint32_t const claimed = slot_claimed(old);
     DEVMR_ROLLED for (std::uint32_t i = 0; i < slot_promised(old) / per_slab; ++i) {
-      std::uint32_t const before = i * per_slab;
-      std::uint32_t const left = claimed > before ? claimed - before : 0;
-      std::uint32_t const taken = left < per_slab ? left : per_slab;
+      std::uint32_t const taken = row_slab_claimed(claimed, i, per_slab);
       if (taken != per_slab) {
         bitmap(id + i, cls).give_range(taken, per_slab);
       }

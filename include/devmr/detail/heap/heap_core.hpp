@@ -282,9 +282,7 @@ DEVMR_HOST_DEVICE inline std::uint32_t slot_unclaimed(std::uint64_t w,
   if (id < first || id - first >= promised / per_slab) {
     return 0;
   }
-  std::uint32_t const before = (id - first) * per_slab;
-  std::uint32_t const left = claimed > before ? claimed - before : 0;
-  return left < per_slab ? per_slab - left : 0;
+  return per_slab - row_slab_claimed(claimed, id - first, per_slab);
 }
 
 /// What slab `id` (metadata `m`) of the heap at `h` holds for users (statistics scans, with no

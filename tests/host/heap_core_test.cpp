@@ -516,7 +516,7 @@ TEST_CASE("a slot whose row was used up and freed takes a new row and closes the
   CHECK(heap.blocks_in_use() == 0);
 }
 
-TEST_CASE("rows are for the classes of 1 KiB and up, on unchecked heaps with room",
+TEST_CASE("rows are for the classes from first_run_class up, on unchecked heaps with room",
           "[heap][core][rows]") {
   {
     host_heap heap{{32}, false, true};

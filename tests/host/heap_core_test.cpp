@@ -492,28 +492,101 @@ TEST_CASE(
   CHECK(heap.blocks_in_use() == 0);
 }
 
-TEST_CASE("a slot whose row was used up and freed takes a new row and closes the old one",
-          "[heap][core][rows]") {
-  host_heap heap{{32}, false, true};
-  auto core = heap.core();
+TEST_CASE("a slot whose row was used up opens again in place the slabs freed from its first",
+          "[heap][core][rows][renew]") {
   unsigned constexpr cls = 7;  // 2 KiB, 512 to a slab
-  std::uint32_t const per_row = class_capacity(cls) * run_slabs;
-  std::vector<void*> blocks = allocate_blocks(core, cls, per_row);
-  REQUIRE(blocks.size() == per_row);
-  for (void* p : blocks) {
-    core.free_one(p, 0, class_bytes(cls));
+  std::uint32_t const per_slab = class_capacity(cls);
+  std::uint32_t const per_row = per_slab * run_slabs;
+  auto const in_slab = [&](std::vector<void*> const& blocks, std::uint32_t i) {
+    return std::vector<void*>(blocks.begin() + i * per_slab, blocks.begin() + (i + 1) * per_slab);
+  };
+  auto const free_all = [](heap_core const& core, std::vector<void*> const& blocks) {
+    for (void* p : blocks) {
+      core.free_one(p, 0, class_bytes(cls));
+    }
+  };
+  SECTION("every block freed: the whole row, where it is") {
+    host_heap heap{{32}, false, true};
+    auto core = heap.core();
+    std::vector<void*> blocks = allocate_blocks(core, cls, per_row);
+    REQUIRE(blocks.size() == per_row);
+    free_all(core, blocks);
+    CHECK(heap.blocks_in_use() == 0);
+    std::vector<void*> again = allocate_blocks(core, cls, per_row);
+    CHECK(again == blocks);  // the same row, in the same order: no install in between
+    CHECK(heap.header().frontier[0] == run_slabs);
+    CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs);
+    CHECK(heap.header().arenas[0].empty_bits[0] == 0u);
+    free_all(core, again);
+    CHECK(heap.blocks_in_use() == 0);
   }
-  CHECK(heap.blocks_in_use() == 0);
-  // Every block of the row is free, but the row is not opened again in place, as a single slab
-  // would be (class_slots::renew): its first slab alone would leave the others in no place.
-  void* next = core.allocate_small(cls, 0, 0);
-  REQUIRE(next != nullptr);
-  CHECK(slab_of(core, next) == make_slab_id(0, run_slabs));
-  CHECK(heap.header().frontier[0] == 2 * run_slabs);
-  CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs);
-  CHECK(heap.header().arenas[0].empty_bits[0] == 0xfu);
-  core.free_one(next, 0, class_bytes(cls));
-  CHECK(heap.blocks_in_use() == 0);
+  SECTION("a slab still in use: the slabs before it make the new row, the others close") {
+    host_heap heap{{32}, false, true};
+    auto core = heap.core();
+    std::vector<void*> blocks = allocate_blocks(core, cls, per_row);
+    REQUIRE(blocks.size() == per_row);
+    free_all(core, in_slab(blocks, 0));
+    free_all(core, in_slab(blocks, 1));
+    free_all(core, in_slab(blocks, 3));
+    std::vector<void*> const third = in_slab(blocks, 2);
+    std::vector<void*> const kept(third.begin(), third.begin() + per_slab / 2);
+    free_all(core, std::vector<void*>(third.begin() + per_slab / 2, third.end()));
+    std::vector<void*> again = allocate_blocks(core, cls, 2 * per_slab);
+    CHECK(std::equal(again.begin(), again.end(), blocks.begin()));  // slabs 0 and 1, in order
+    CHECK(heap.header().frontier[0] == run_slabs);
+    // Slab 3, renewed past slab 2, which could not be, got its blocks back and closed empty.
+    CHECK(heap.header().arenas[0].empty_bits[0] == 0x8u);
+    CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs - 1);
+    CHECK(heap.blocks_in_use() == kept.size() + again.size());
+    CHECK(heap.blocks_in_use(cls) == kept.size() + again.size());
+    free_all(core, again);
+    free_all(core, kept);
+    CHECK(heap.blocks_in_use() == 0);
+    CHECK(heap.header().counters.invalid_frees == 0);
+  }
+  SECTION("the slot changed before the renewal was published: each slab's blocks come back") {
+    host_heap heap{{32}, false, true};
+    auto core = heap.core();
+    auto const slots = core.slots();
+    std::vector<void*> blocks = allocate_blocks(core, cls, per_row);
+    REQUIRE(blocks.size() == per_row);
+    free_all(core, blocks);
+    std::uint64_t& word = slots.word(cls, 0);
+    std::uint64_t const used_up = word;
+    word = make_class_slot(make_slab_id(0, 20), per_slab, true, 1);  // another slab's opening
+    CHECK(slots.renew(cls, 0, used_up + 1, 1).id == no_slab);
+    for (std::uint32_t i = 0; i < run_slabs; ++i) {
+      slab_avail const avail = slots.avail(make_slab_id(0, i), cls);
+      CHECK(avail.free_blocks() == per_slab);  // every block free again, the slab still open
+      CHECK((avail.peek() & avail_open) != 0);
+    }
+    // As it was: the renewal is published, the whole row again.
+    word = used_up;
+    block_claim const won = slots.renew(cls, 0, used_up + 1, 1);
+    CHECK(won.id == make_slab_id(0, 0));
+    CHECK(won.count == 1u);
+    CHECK(slot_promised(word) == per_row);
+    CHECK(slot_claimed(word) == 1u);
+    CHECK(slots.avail(make_slab_id(0, 0), cls).free_blocks() == 0u);
+  }
+  SECTION("the first slab still in use: a new row, and the slabs freed go back") {
+    host_heap heap{{32}, false, true};
+    auto core = heap.core();
+    std::vector<void*> blocks = allocate_blocks(core, cls, per_row);
+    REQUIRE(blocks.size() == per_row);
+    free_all(core, in_slab(blocks, 1));
+    void* next = core.allocate_small(cls, 0, 0);
+    REQUIRE(next != nullptr);
+    CHECK(slab_of(core, next) == make_slab_id(0, run_slabs));
+    CHECK(heap.header().frontier[0] == 2 * run_slabs);
+    CHECK(heap.header().arenas[0].empty_bits[0] == 0x2u);  // slab 1, renewed, then closed empty
+    CHECK(heap.blocks_in_use() == per_row - per_slab + 1);
+    core.free_one(next, 0, class_bytes(cls));
+    free_all(core, in_slab(blocks, 0));
+    free_all(core, in_slab(blocks, 2));
+    free_all(core, in_slab(blocks, 3));
+    CHECK(heap.blocks_in_use() == 0);
+  }
 }
 
 TEST_CASE("rows are for the classes from first_run_class up, on unchecked heaps with room",

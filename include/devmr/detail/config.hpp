@@ -66,3 +66,11 @@
 #else
 #define DEVMR_ROLLED
 #endif
+
+/// Unrolls the loop that follows in device code: a short loop of a known count whose
+/// iterations' atomics go out together rather than each after the last one's answer.
+#if defined(__CUDA_ARCH__)
+#define DEVMR_UNROLLED _Pragma("unroll")
+#else
+#define DEVMR_UNROLLED
+#endif

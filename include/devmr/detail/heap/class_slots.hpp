@@ -38,6 +38,8 @@
 #include <devmr/detail/heap/slab_set.hpp>
 #include <devmr/detail/heap/slot_width.hpp>
 
+#include <cuda/std/bit>
+
 #include <cstdint>
 
 namespace devmr::detail::heap {
@@ -261,7 +263,9 @@ class class_slots {
   /// a value of the slot since then, which names it), if every one of its blocks was freed since
   /// it was opened (slab_avail::renew), with the first `want` blocks claimed for the caller: its
   /// bitmap cleared where the heap hands fresh blocks out in order, the slot word exchanged. The
-  /// slab never leaves its slot: no close, no list, no search of the supply. Else no_claim (id
+  /// slab never leaves its slot: no close, no list, no search of the supply. A row of slabs
+  /// (open_row) opens again as far as its slabs, from the first, were all freed (renew_row):
+  /// those make the new opening, a row or one slab, and the others close. Else no_claim (id
   /// no_slab) with `first` what Slabs::roomy said, for the install that follows: the exchange
   /// of the count travels beside that load, where it would otherwise hold the install up by a
   /// round trip. Also no_claim when the slot changed before the slab was published again
@@ -272,17 +276,20 @@ class class_slots {
                                       std::uint64_t now,
                                       std::uint32_t want) const {
     std::uint32_t const id = slot_id(now);
-    // A row of slabs (open_row) is not opened again: its slabs are closed and a new one taken.
-    bool const renewed = !is_row(now, cls) && avail(id, cls).renew();
+    std::uint32_t const per_slab = slabs_.blocks(cls);
+    std::uint32_t const row = is_row(now, cls) ? slot_promised(now) / per_slab : 1;
+    std::uint32_t const renewed = row > 1 ? renew_row(id, cls, row, slot) : avail(id, cls).renew();
     bool const roomy = slabs_.roomy();
-    if (!renewed) {
+    if (renewed == 0) {
       return {no_slab, roomy ? 1u : 0u, 0, false};
     }
     slab_avail::renew_settled();
-    std::uint32_t const promised = slabs_.blocks(cls);
-    bool const fresh = slabs_.bump_fresh();
+    std::uint32_t const promised = renewed * per_slab;
+    bool const fresh = slabs_.bump_fresh();  // always, for a row: a checked heap takes none
     if (fresh) {
-      bitmap(id, cls).clear();  // else its blocks go out from its bits, all set (all free)
+      DEVMR_ROLLED for (std::uint32_t i = 0; i < renewed; ++i) {
+        bitmap(id + i, cls).clear();  // else its blocks go out from its bits, all set (all free)
+      }
     }
     // No width to update: a class whose slot holds a slab is in use (slot_width) since the
     // install of its first slab after the heap was made or reset, which took an empty one.
@@ -294,16 +301,49 @@ class class_slots {
       // acq_rel: as install's exchange.
       if (w.compare_exchange_weak(now, make_class_slot(id, promised, fresh, mine), acq_rel,
                                   relaxed)) {
+        // The slabs of the row past the new opening leave the slot, used up.
+        DEVMR_ROLLED for (std::uint32_t i = renewed; i < row; ++i) {
+          close_one(id + i, cls, 0, slot);
+        }
         return {id, 0, mine, fresh};
       }
     }
-    // Whoever gave the slab up closed it with none of its blocks counted free, so that nobody
-    // takes from it: they come back as frees, their bits first.
-    if (fresh) {
-      bitmap(id, cls).give_range(0, promised);
+    // Whoever gave the slab (or row) up closed it with none of the renewed blocks counted free,
+    // so that nobody takes from it: they come back as frees, their bits first.
+    DEVMR_ROLLED for (std::uint32_t i = 0; i < renewed; ++i) {
+      if (fresh) {
+        bitmap(id + i, cls).give_range(0, per_slab);
+      }
+      count_freed(id + i, cls, per_slab, slot);
     }
-    count_freed(id, cls, promised, slot);
     return {no_slab, roomy ? 1u : 0u, 0, false};
+  }
+
+  /// How many of the `row` slabs from `id` (a row that slot `slot` of class `cls` holds, used
+  /// up) open again, fresh (slab_avail::renew), counted from the first: those, up to the first
+  /// that cannot, all of whose blocks were freed since the row was opened. The renewals go out
+  /// together, a round trip for the row; a slab past the first that could not, which opened
+  /// again, gets its blocks back as frees (the slot still holds it, used up, or its closer
+  /// counted none of them). A slow path: called out of line, with renew.
+  DEVMR_HOST_DEVICE std::uint32_t renew_row(std::uint32_t id,
+                                            unsigned cls,
+                                            std::uint32_t row,
+                                            unsigned slot) const {
+    bool opened[run_slabs];
+    DEVMR_UNROLLED for (std::uint32_t i = 0; i < run_slabs; ++i) {
+      opened[i] = i < row && avail(id + i, cls).renew();
+    }
+    std::uint32_t mask = 0;
+    DEVMR_UNROLLED for (std::uint32_t i = 0; i < run_slabs; ++i) {
+      mask |= opened[i] ? 1u << i : 0u;
+    }
+    auto const first = static_cast<std::uint32_t>(cuda::std::countr_one(mask));
+    DEVMR_ROLLED for (std::uint32_t i = first + 1; i < row; ++i) {
+      if ((mask >> i & 1u) != 0) {
+        count_freed(id + i, cls, slabs_.blocks(cls), slot);
+      }
+    }
+    return first;
   }
 
   /// True when a claim of `want` blocks of class `cls` that its addition did not serve in full

@@ -29,10 +29,10 @@ inline constexpr std::size_t max_blocks_per_slab = slab_bytes >> min_block_shift
 /// On a heap large enough that every class has every slot from the start (slot_width: fixed
 /// widths), an install of a class of 64 B blocks or larger that takes empty slabs on a roomy
 /// heap takes up to `run_slabs` of them in a row, and its slot hands out the blocks of all of
-/// them in order, as the blocks of one slab: a slot of 4 KiB blocks then serves 32 warps between
+/// them in order, as the blocks of one slab: a slot of 4 KiB blocks then serves 64 warps between
 /// installs instead of 8. Each slab of the row keeps its own count and bitmap, so that frees do
 /// not know of rows, and a row that the supply cannot give is one slab.
-inline constexpr std::uint32_t run_slabs = 4;
+inline constexpr std::uint32_t run_slabs = 8;
 inline constexpr unsigned first_run_class = 2;  // 64 B blocks
 
 /// A heap holds at most this many arenas (grow in larger steps past that).

@@ -288,7 +288,7 @@ class class_slots {
     bool const fresh = slabs_.bump_fresh();  // always, for a row: a checked heap takes none
     if (fresh) {
       DEVMR_ROLLED for (std::uint32_t i = 0; i < renewed; ++i) {
-        bitmap(id + i, cls).clear();  // else its blocks go out from its bits, all set (all free)
+        bitmap(id + i, cls).clear_wide();  // else its blocks go out from its bits, all set
       }
     }
     // No width to update: a class whose slot holds a slab is in use (slot_width) since the
@@ -624,14 +624,15 @@ class class_slots {
   /// Formats and opens the `row` empty slabs from `id` for class `cls`, for a slot that hands out
   /// the blocks of all of them in order, as one slab's (Slabs::take_empty_for): each slab counts
   /// as out of the supply, takes the class, and keeps a count and a bitmap of its own, clear, to
-  /// which the frees of its blocks go. Returns the blocks the slot promises: all of them.
+  /// which the frees of its blocks go. Returns the blocks the slot promises: all of them. A slow
+  /// path: called out of line.
   DEVMR_HOST_DEVICE std::uint32_t open_row(std::uint32_t id,
                                            std::uint32_t row,
                                            unsigned cls) const {
     DEVMR_ROLLED for (std::uint32_t i = 0; i < row; ++i) {
       slabs_.count_out(id + i);
       slabs_.format(id + i, cls);
-      bitmap(id + i, cls).clear();
+      bitmap(id + i, cls).clear_wide();
       avail(id + i, cls).open_fresh();
     }
     return row * slabs_.blocks(cls);
@@ -814,7 +815,10 @@ class class_slots {
       if (row <= 1) {
         return id;
       }
-      return id | (std::uint64_t{open_row(id, row, cls)} << 32);
+      // Out of line: the format of a row's bitmaps (clear_wide) holds registers that the
+      // roomy take, two calls from the allocation's fast path, would otherwise hold too.
+      std::uint32_t const promised = out_of_line<&class_slots::open_row>(*this, id, row, cls);
+      return id | (std::uint64_t{promised} << 32);
     } else {
       return slabs_.take_empty(hint);
     }

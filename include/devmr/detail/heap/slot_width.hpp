@@ -13,10 +13,11 @@
 // install that reuses one of its class's listed slabs doubles the class's width, up to the share
 // of the classes in use; a class that takes its first empty slab narrows every class to the
 // share that leaves room for it. Both are one CAS on the word, so that no width passes the share
-// of the classes that the word records. A slot past the share of all classes reuses its
-// class's slabs and never takes an empty one: one with nothing to reuse narrows its class back
-// and sends its claim to the slot of the base width (class_slots::install), so that widening
-// spreads a class over the slabs it holds, not the heap's empty slabs over more slots. Claims
+// of the classes that the word records. While the heap is roomy, any slot takes empty slabs;
+// past that, a slot past the share of all classes reuses its class's slabs and never takes an
+// empty one: one with nothing to reuse narrows its class back and sends its claim to the slot of
+// the base width (class_slots::install), so that on a heap mostly in use widening spreads a
+// class over the slabs it holds, not the heap's last empty slabs over more slots. Claims
 // read the width with a relaxed load: one that read it just before it narrowed uses a slot that
 // is no longer in use, which serves it like any other. Slots past their class's width keep their
 // slabs until the heap runs out of empty slabs and the slots give them up

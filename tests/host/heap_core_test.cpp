@@ -753,6 +753,8 @@ struct churn_shape {
   bool warp_slots = false;
   /// Classes taken at random: the first nine (16 B to 4 KiB), or every class (to 512 KiB).
   unsigned classes = 9;
+  /// The first of them (the classes are [first, classes)).
+  unsigned first = 0;
 };
 
 /// Each thread keeps blocks of mixed sizes (16 B to 4 KiB) live: a few for the whole run, most
@@ -787,7 +789,7 @@ std::uint64_t churn(host_heap& heap,
     live_bytes -= b.bytes;
   };
   for (int op = 0; op < operations; ++op) {
-    unsigned const cls = random() % shape.classes;
+    unsigned const cls = shape.first + random() % (shape.classes - shape.first);
     std::uint32_t want = 1 + random() % 32;
     std::size_t const bytes = class_bytes(cls);
     while (live_bytes + want * bytes > budget && !live.empty()) {
@@ -900,6 +902,27 @@ TEST_CASE("threads claiming through the slots of a kernel's warps share no block
     CHECK(heap.blocks_in_use() == 0);
     CHECK(heap.header().counters.invalid_frees == 0);
   }
+}
+
+TEST_CASE("a class that widened alone leaves its slots to the classes that come after it",
+          "[heap][core][threads][width]") {
+  // 4 KiB blocks alone at 80% of the heap: the class reuses its slabs and widens to the share of
+  // one class (a quarter of the slabs). Then the first nine classes at 80%: each that comes into
+  // use narrows it, and the slots past its width keep their slabs until the heap runs short.
+  int const operations = under_tsan() ? 2000 : 20000;
+  host_heap heap{{96, 64}, false};
+  auto const alone = run_churn(heap, 16, operations, 0.8, {true, 9, 8});
+  CHECK(alone.errors == 0);
+  CHECK(alone.failures == 0);
+  slot_width const widths = heap.core().slots().width();
+  std::uint32_t const budget = heap.header().slot_widths.budget;
+  CHECK(widths.mask(8) == slot_width::share(budget, 1, max_slots));
+  auto const mixed = run_churn(heap, 16, operations, 0.8, {true, 9});
+  CHECK(mixed.errors == 0);
+  CHECK(mixed.failures == 0);
+  CHECK(widths.mask(8) <= slot_width::share(budget, 9, max_slots));
+  CHECK(heap.blocks_in_use() == 0);
+  CHECK(heap.header().counters.invalid_frees == 0);
 }
 
 TEST_CASE("threads churning a heap whose installs take rows never fail nor share a block",

@@ -925,6 +925,187 @@ TEST_CASE("a class that widened alone leaves its slots to the classes that come 
   CHECK(heap.header().counters.invalid_frees == 0);
 }
 
+namespace {
+
+/// murmur3's 32-bit finalizer, as the steady-churn kernels hash with it.
+constexpr std::uint32_t fmix32(std::uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+/// The steady-churn protocol (docs/design.md) on the host, one kernel thread after another: `n`
+/// threads of 4 slots, enough that the live bytes are `share` of the heap with half the slots
+/// full. In each round, slot j of thread i toggles with probability 2^-(j+1): a full slot checks
+/// its block's tags and frees it, an empty one allocates a block of class `cls` (of one of the
+/// first nine classes at random where `cls` is num_classes) and tags it. Threads claim through
+/// the slot of their SM and warp, as a kernel's do (claim_hint). In a round that reads the widths
+/// stale, every claim uses each class's width as the round found it: a kernel's first claims all
+/// read it before the installs of classes new to the heap narrow it.
+class steady_host {
+ public:
+  steady_host(host_heap& heap, unsigned cls, double share) : heap_{heap}, cls_{cls} {
+    double const mean = cls < num_classes ? static_cast<double>(class_bytes(cls)) : 8176.0 / 9;
+    n_ = static_cast<std::uint32_t>(share * static_cast<double>(heap.slabs() * slab_bytes) /
+                                    (2 * mean));
+    held_.resize(4 * std::size_t{n_});
+  }
+  ~steady_host() { free_all(); }
+  steady_host(steady_host const&) = delete;
+  steady_host& operator=(steady_host const&) = delete;
+
+  /// One round: its failed allocations. Damaged tags count in bad().
+  std::uint64_t round(bool stale_widths) {
+    heap_core const core = heap_.core();
+    auto const slots = core.slots();
+    std::uint32_t masks[num_classes];
+    for (unsigned c = 0; c < num_classes; ++c) {
+      masks[c] = slots.width().mask(c);
+    }
+    std::uint64_t failed = 0;
+    auto const r = static_cast<std::uint32_t>(round_++);
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      std::uint32_t const h = fmix32(i ^ (r * 0x85ebca6bu) ^ 0x27d4eb2fu);
+      unsigned const sm = (i / 256) % 132;
+      unsigned const hint = claim_hint(sm, (i / 32) % 8);
+      for (unsigned j = 0; j < 4; ++j) {
+        if ((h >> (8 * j)) % (2u << j) != 0) {
+          continue;
+        }
+        block& b = held_[4 * std::size_t{i} + j];
+        if (b.p != nullptr) {
+          bad_ += tags_intact(b.tags) ? 0 : 1;
+          core.free_one(b.p, sm);
+          b.p = nullptr;
+          continue;
+        }
+        unsigned const c = cls_ < num_classes ? cls_ : fmix32(i * 4 + j + r * 7919u) % 9;
+        unsigned const slot = stale_widths ? hint & masks[c] : slots.slot_of(c, hint);
+        b.p = core.allocate_small(c, slot, sm);
+        if (b.p == nullptr) {
+          ++failed;
+          continue;
+        }
+        b.tags = tag_block(b.p, class_bytes(c), (i * 4 + j) ^ r);
+      }
+    }
+    return failed;
+  }
+
+  /// Frees every block still held.
+  void free_all() {
+    for (block& b : held_) {
+      if (b.p != nullptr) {
+        bad_ += tags_intact(b.tags) ? 0 : 1;
+        heap_.core().free_one(b.p, 0);
+        b.p = nullptr;
+      }
+    }
+  }
+
+  std::uint64_t bad() const { return bad_; }
+
+ private:
+  struct block {
+    void* p = nullptr;
+    live_block tags{};
+  };
+  host_heap& heap_;
+  unsigned cls_;
+  std::uint32_t n_ = 0;
+  int round_ = 0;
+  std::uint64_t bad_ = 0;
+  std::vector<block> held_;
+};
+
+}  // namespace
+
+namespace {
+
+/// A change of load on a 512 MiB heap: 4 KiB blocks alone at 80% live for 20 rounds (the class
+/// widens to 128 slots), every block freed, then every size at `share` live for `rounds` rounds,
+/// the first of them reading the widths stale: its 4 KiB claims spread over the slots of the old
+/// width, and so over the slabs of all 128 of them, as the first claims of a kernel do while the
+/// installs of the classes new to the heap narrow class 8.
+struct phase_change {
+  std::uint64_t alone_failed = 0;
+  std::uint32_t wide_mask = 0;
+  std::vector<std::uint64_t> failed;  ///< of each round of every size
+  std::uint64_t bad = 0;
+  std::uint64_t blocks_left = 0;
+};
+
+/// phase_change's run at `share` live, made once for the tests that look at it.
+phase_change const& change_of_load(double share, int rounds) {
+  static std::vector<std::pair<double, phase_change>> runs;
+  for (auto const& [s, run] : runs) {
+    if (s == share) {
+      return run;
+    }
+  }
+  phase_change run;
+  host_heap heap{{512}, false};
+  {
+    steady_host alone{heap, 8, 0.8};
+    for (int r = 0; r < 20; ++r) {
+      run.alone_failed += alone.round(false);
+    }
+    alone.free_all();
+    run.bad += alone.bad();
+  }
+  run.wide_mask = heap.core().slots().width().mask(8);
+  {
+    steady_host mixed{heap, num_classes, share};
+    for (int r = 0; r < rounds; ++r) {
+      run.failed.push_back(mixed.round(r == 0));
+    }
+    mixed.free_all();
+    run.bad += mixed.bad();
+  }
+  run.blocks_left = heap.blocks_in_use();
+  runs.emplace_back(share, std::move(run));
+  return runs.back().second;
+}
+
+/// The shares of the heap live that the change of load is tried at, and the rounds at each:
+/// ThreadSanitizer, which has nothing to find in one thread, runs the last only.
+std::vector<std::pair<double, int>> change_of_load_shares() {
+  if (under_tsan()) {
+    return {{0.8, 40}};
+  }
+  return {{0.75, 60}, {0.8, 40}};
+}
+
+}  // namespace
+
+TEST_CASE("a change of load that spreads a class over its old width loses no block",
+          "[heap][core][width][reuse]") {
+  for (auto const& [share, rounds] : change_of_load_shares()) {
+    INFO("every size at " << share << " of the heap live");
+    phase_change const& run = change_of_load(share, rounds);
+    CHECK(run.alone_failed == 0);
+    CHECK(run.wide_mask == slot_width::share(128, 1, max_slots));
+    CHECK(run.bad == 0);
+    CHECK(run.blocks_left == 0);
+  }
+}
+
+// A known defect, kept here so that the change that mends it shows: a class keeps each slab it
+// holds until every block of the slab is free, and refills its listed slabs alike, so that a class
+// spread over more slabs than its blocks need (here class 8, over the slabs of its old width)
+// keeps them for good while the other classes fail for want of empty slabs. On this heap class 8
+// holds about 285 slabs for about 200 MiB of its blocks from the tenth round on; at 80% live
+// allocations fail in every round from then on (about 2,000 a round), at 75% in about half the
+// rounds from the thirtieth. Should this pass, take its [!shouldfail] tag off.
+TEST_CASE("after a change of load the heap's failures end",
+          "[heap][core][width][reuse][!shouldfail]") {
+  phase_change const& run = change_of_load(0.8, 40);
+  CHECK(std::count(run.failed.end() - 10, run.failed.end(), 0u) == 10);  // the last 10 rounds
+}
+
 TEST_CASE("threads churning a heap whose installs take rows never fail nor share a block",
           "[heap][core][threads][rows]") {
   // The classes of 1 KiB to 4 KiB take rows of slabs while the heap is roomy, on two arenas:

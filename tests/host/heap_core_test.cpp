@@ -2,6 +2,8 @@
 // kernels run. Blocks are tagged at both ends and marked in a granule table, so a block handed out
 // twice, or two live blocks that overlap, fail the test.
 
+#include "../../bench/block_sizes.hpp"
+
 #include <devmr/detail/heap/format.hpp>
 #include <devmr/detail/heap/heap_core.hpp>
 
@@ -927,15 +929,7 @@ TEST_CASE("a class that widened alone leaves its slots to the classes that come 
 
 namespace {
 
-/// murmur3's 32-bit finalizer, as the steady-churn kernels hash with it.
-constexpr std::uint32_t fmix32(std::uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  return h;
-}
+using devmr_bench::fmix32;
 
 /// The steady-churn protocol (docs/design.md) on the host, one kernel thread after another: `n`
 /// threads of 4 slots, enough that the live bytes are `share` of the heap with half the slots

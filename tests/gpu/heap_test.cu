@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -545,8 +546,13 @@ __global__ void free_held(devmr::slab_ref<> ref,
 /// Runs `rounds` rounds of steady churn with enough threads that the live bytes are `share` of
 /// the heap (half the slots full, blocks of `fixed` bytes or mixed, which average 455 B); checks
 /// that no allocation failed, no tag was damaged, the heap holds no more than it must, and every
-/// block comes back.
-void steady_churn(devmr::slab_heap<>& heap, std::size_t fixed, double share, int rounds) {
+/// block comes back. With `per_round`, the failed allocations of each round go there instead of
+/// being checked.
+void steady_churn(devmr::slab_heap<>& heap,
+                  std::size_t fixed,
+                  double share,
+                  int rounds,
+                  std::vector<unsigned long long>* per_round = nullptr) {
   double const mean = fixed != 0 ? static_cast<double>(fixed) : 8176.0 / 9;
   auto const n =
       static_cast<std::uint32_t>(share * static_cast<double>(heap.capacity()) / (2 * mean));
@@ -563,10 +569,19 @@ void steady_churn(devmr::slab_heap<>& heap, std::size_t fixed, double share, int
                                            static_cast<std::uint32_t>(round), fixed, counts,
                                            counts + 1);
     CUDA_CHECK(cudaGetLastError());
+    if (per_round != nullptr) {
+      unsigned long long failed = 0;
+      CUDA_CHECK(cudaMemcpy(&failed, counts, sizeof(failed), cudaMemcpyDeviceToHost));
+      per_round->push_back(failed);
+    }
   }
   unsigned long long found[2] = {};
   CUDA_CHECK(cudaMemcpy(found, counts, sizeof(found), cudaMemcpyDeviceToHost));
-  CHECK(found[0] == 0);  // failed allocations
+  if (per_round != nullptr) {
+    std::adjacent_difference(per_round->begin(), per_round->end(), per_round->begin());
+  } else {
+    CHECK(found[0] == 0);  // failed allocations
+  }
   CHECK(found[1] == 0);  // damaged tags
   auto const s = heap.stats();
   CHECK(s.failed_allocations == found[0]);
@@ -593,6 +608,30 @@ TEST_CASE("steady churn with mixed lifetimes reuses freed blocks: no allocation 
   }
   SECTION("64 B, 50% live") {
     steady_churn(heap, 64, 0.5, 20);
+  }
+}
+
+TEST_CASE("a class spread over the slots of its old width gives back the slabs it no longer needs",
+          "[heap][gpu][reuse][width][long]") {
+  // 4 KiB blocks alone at 80% live widen their class to 128 slots of the 512 MiB heap. Then
+  // every size: the first claims of the next kernel read the old width, before the installs of
+  // the classes new to the heap narrow it. The slots past the new width give their slabs up
+  // then, and installs there take no empty slab: no allocation may fail.
+  auto const phase_change = [](double share, int rounds) {
+    devmr::device_pool pool{devmr::pool_options{.initial_bytes = 600 * mib}};
+    devmr::slab_heap<> heap{pool, devmr::heap_options{.initial_bytes = 512 * mib}};
+    steady_churn(heap, 4096, 0.8, 20);
+    std::vector<unsigned long long> failed;
+    steady_churn(heap, 0, share, rounds, &failed);
+    return failed;
+  };
+  for (auto const& [share, rounds] : {std::pair{0.75, 60}, std::pair{0.8, 90}}) {
+    INFO("every size at " << share << " of the heap live");
+    auto const failed = phase_change(share, rounds);
+    INFO("failed allocations: " << std::accumulate(failed.begin(), failed.end(), 0ull)
+                                << ", in the last 30 rounds: "
+                                << std::accumulate(failed.end() - 30, failed.end(), 0ull));
+    CHECK(std::count(failed.begin(), failed.end(), 0ull) == rounds);
   }
 }
 

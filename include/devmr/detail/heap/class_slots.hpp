@@ -459,7 +459,7 @@ class class_slots {
     // empty slabs, opened (open_row: `promised` fresh blocks).
     std::uint32_t id = no_slab;
     if (roomy) {
-      std::uint64_t const got = out_of_line<&class_slots::take_roomy>(*this, cls, hint);
+      std::uint64_t const got = out_of_line<&class_slots::take_roomy>(*this, cls, hint, slot);
       id = static_cast<std::uint32_t>(got);
       promised = static_cast<std::uint32_t>(got >> 32);
     }
@@ -479,7 +479,7 @@ class class_slots {
       // A class that reuses a listed slab installed one before (lists are emptied only with
       // every slot): one that needs an empty slab may be in use for the first time since the
       // heap was made or reset.
-      width_.use(cls);
+      out_of_line<&class_slots::use_width>(*this, cls, hint);
       id = slabs_.take_empty(hint);
       if (id == no_slab && out_of_line<&class_slots::release_slots>(*this, cls, hint)) {
         id = slabs_.take_empty(hint);
@@ -681,6 +681,34 @@ class class_slots {
     return released;
   }
 
+  /// Class `cls` takes an empty slab (slot_width::use); where the widths narrowed, the slots past
+  /// them give their slabs up (release_narrowed). Returns 0, so that a caller out of line holds
+  /// nothing across the call. A slow path: called out of line.
+  DEVMR_HOST_DEVICE std::uint64_t use_width(unsigned cls, unsigned hint) const {
+    if (std::uint64_t const was = width_.use(cls); was != 0) {
+      release_narrowed(was, hint);
+    }
+    return 0;
+  }
+
+  /// The widths narrowed from `was` (slot_width::use): the slots of each class past its width
+  /// now, up to its width in `was`, give up their slabs, which no claim uses any more: a slab
+  /// whose blocks are all free (a class that was alone in use, and whose blocks were freed)
+  /// leaves its class at once, for the classes now in use, and the claims that read the old
+  /// width find those slots vacant, and are sent to the base width (install). Returns `was`,
+  /// so that a caller out of line holds nothing across the call. A slow path: called out of line.
+  DEVMR_HOST_DEVICE std::uint64_t release_narrowed(std::uint64_t was, unsigned hint) const {
+    slot_width::snapshot const now = width_.look();
+    DEVMR_ROLLED for (unsigned c = 0; c < classes_ && c < slot_width::max_classes; ++c) {
+      std::uint32_t const old_mask = slot_width::mask_of(was, c);
+      DEVMR_ROLLED for (unsigned s = slot_width::mask_of(now.word, c) + 1;
+                        s <= old_mask && s < slot_count_; ++s) {
+        release_slot(c, s, hint);
+      }
+    }
+    return was;
+  }
+
   /// The last search of an install out of slabs, after the slots of the other classes gave
   /// theirs up (release_slots): reclaim, then the supply. A slab that another install holds
   /// (taken, and not yet in its slot), or that another thread swapped out of its slot and has
@@ -775,10 +803,18 @@ class class_slots {
   /// the high word. Else the empty slab, with 0 there; no_slab when the supply has none. A class
   /// with listed slabs reuses its slabs: it widens as an install of a listed slab would. A slow
   /// path: called out of line.
-  DEVMR_HOST_DEVICE std::uint64_t take_roomy(unsigned cls, unsigned hint) const {
+  DEVMR_HOST_DEVICE std::uint64_t take_roomy(unsigned cls, unsigned hint, unsigned slot) const {
     // Read beside the look, so that the update of the widths waits for no load and travels
     // beside the take that follows it.
     slot_width::snapshot const widths = width_.look();
+    // A claim that read the width before its class narrowed, at a slot past the width now: no
+    // empty slab, which would spread the class's blocks over slots that no claim uses any more
+    // (the install goes on as on a heap that is not roomy: a listed slab, or the slot of the
+    // base width).
+    if (!widths.fixed && cls < slot_width::max_classes &&
+        slot > slot_width::mask_of(widths.word, cls)) {
+      return no_slab;
+    }
     std::uint32_t const parts = slabs_.list_parts();
     DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
       std::uint32_t const member = slabs_.listed(cls, part).find_guessing(spread_seed(hint));
@@ -800,7 +836,9 @@ class class_slots {
       // before the take: an empty slab.
       return take_fresh_for(cls, hint);
     }
-    width_.use(cls, widths);
+    if (std::uint64_t const was = width_.use(cls, widths); was != 0) {
+      release_narrowed(was, hint);
+    }
     return take_fresh_for(cls, hint);
   }
 

@@ -147,12 +147,13 @@ struct slot_width {
   }
 
   /// Class `cls` takes an empty slab: the first time, it joins the classes in use, and every
-  /// class wider than their share narrows to it.
-  DEVMR_HOST_DEVICE void use(unsigned cls) const { use(cls, look()); }
+  /// class wider than their share narrows to it. Returns the word it replaced where a class
+  /// narrowed (its slots past the new width are the caller's to give up), else 0.
+  DEVMR_HOST_DEVICE std::uint64_t use(unsigned cls) const { return use(cls, look()); }
   /// use, from what `seen` read of the widths (look).
-  DEVMR_HOST_DEVICE void use(unsigned cls, snapshot seen) const {
+  DEVMR_HOST_DEVICE std::uint64_t use(unsigned cls, snapshot seen) const {
     if (seen.fixed) {
-      return;
+      return 0;
     }
     auto w = atomic(shape->widths);
     std::uint32_t const bit = std::uint32_t{1} << cls;
@@ -165,10 +166,15 @@ struct slot_width {
           next = with_log2(next, c, fair);
         }
       }
+      std::uint64_t const was = seen.word;
       if (w.compare_exchange_weak(seen.word, next, relaxed, relaxed)) {
-        return;
+        return (next & ~std::uint64_t{(1u << width_shift) - 1}) !=
+                       (was & ~std::uint64_t{(1u << width_shift) - 1})
+                   ? was
+                   : 0;
       }
     }
+    return 0;
   }
 
   /// A slot of class `cls` past the base width found nothing to reuse: the class goes back to

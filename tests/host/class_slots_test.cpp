@@ -1225,6 +1225,42 @@ TEST_CASE("installs that reuse a slab after a used-up one widen the class; a new
   CHECK(heap.holders_in_use());
 }
 
+TEST_CASE("a class that narrows gives up the slots past its width; they take no empty slab",
+          "[reuse][slots][width][roomy]") {
+  // Class 1 widens to 8 slots alone; slot 5 holds a listed slab with room. Class 2 comes into use
+  // and narrows it to 4: the install that narrowed gives slot 5's slab up at once. A claim that
+  // read the old width, at slot 5 of a roomy heap, takes no empty slab there: it is sent to the
+  // slot of the base width, and the class holds no more slabs than before.
+  width_heap heap;
+  heap.memory.roomy = false;
+  REQUIRE(heap.claim(0, 1) == 1);
+  std::uint32_t closed = heap.use_up(0);
+  REQUIRE(heap.claim(0, 1) == 1);
+  for (int i = 0; i < 4; ++i) {
+    heap.free_some(closed);
+    closed = heap.use_up(0);
+    REQUIRE(heap.claim(0, 1) == 1);
+  }
+  REQUIRE(heap.mask() == 7);
+  heap.free_some(closed);
+  REQUIRE(heap.claim(5, 1) == 1);
+  REQUIRE(heap.slab_in(5) == closed);
+  REQUIRE(slot_has_room(heap.slots.word(1, 5)));
+  REQUIRE(heap.slots.claim(2, 0, 1, 0).count == 1);
+  CHECK(heap.mask() == 3);
+  CHECK(slot_is_vacant(heap.slots.word(1, 5)));
+  CHECK((heap.memory.avail[closed] & avail_listed) != 0);  // closed, and listed again
+  CHECK(is_slab(heap.slab_in(0)));                         // within the width: kept
+  // Nothing listed for the stale claim to reuse: it takes the slab back off the list, or is sent
+  // to slot 0; either way no empty slab.
+  heap.memory.roomy = true;
+  auto const slabs_before = heap.class_1_slabs();
+  REQUIRE(heap.claim(5, 1) == 1);
+  CHECK(heap.class_1_slabs() == slabs_before);
+  CHECK((slot_is_vacant(heap.slots.word(1, 5)) || heap.slab_in(5) == closed));
+  CHECK(heap.holders_in_use());
+}
+
 TEST_CASE("a roomy install widens its class when its look finds a listed slab, rich or not",
           "[reuse][slots][width][roomy]") {
   width_heap heap;

@@ -1261,36 +1261,38 @@ TEST_CASE("a class that narrows gives up the slots past its width; they take no 
   CHECK(heap.holders_in_use());
 }
 
-TEST_CASE("a roomy install widens its class when its look finds a listed slab, rich or not",
+TEST_CASE("a roomy install widens its class, from an empty slab or a listed one, rich or not",
           "[reuse][slots][width][roomy]") {
   width_heap heap;
   heap.memory.roomy = true;
   REQUIRE(heap.claim(0, 1) == 1);  // the first install: an empty slab, the class in use
   CHECK(slot_width::classes_of(heap.shape.widths) == 1u << 1);
-  // Nothing listed: the next install takes an empty slab and keeps the width.
+  CHECK(heap.mask() == 0);
+  // Nothing listed: the next install takes an empty slab, and the class widens (it needs more
+  // blocks than its slots hold).
   std::uint32_t const first = heap.use_up(0);
   REQUIRE(heap.claim(0, 1) == 1);
-  CHECK(heap.mask() == 0);
+  CHECK(heap.mask() == 1);
   // Slab `first` listed with 100 free blocks, fewer than a quarter: an empty slab, and the class
-  // widens (it holds slabs to reuse).
+  // widens again.
   heap.free_some(first);
   heap.use_up(0);
   REQUIRE(heap.claim(0, 1) == 1);
   CHECK(heap.slab_in(0) != first);
   CHECK((heap.memory.avail[first] & avail_listed) != 0);
-  CHECK(heap.mask() == 1);
-  // 40 more: a quarter of its blocks free. The install reopens it and widens again.
+  CHECK(heap.mask() == 3);
+  // 40 more: a quarter of its blocks free. The install reopens it and widens to the share.
   heap.free_some(first, 40);
   heap.use_up(0);
   REQUIRE(heap.claim(0, 1) == 1);
   CHECK(heap.slab_in(0) == first);
-  CHECK(heap.mask() == 3);
-  // Nothing listed again: an empty slab, and the width stays.
+  CHECK(heap.mask() == 7);
+  // Nothing listed again: an empty slab, and the width stays at the share.
   auto const slabs = heap.class_1_slabs();
   heap.use_up(0);
   REQUIRE(heap.claim(0, 1) == 1);
   CHECK(heap.class_1_slabs() == slabs + 1);
-  CHECK(heap.mask() == 3);
+  CHECK(heap.mask() == 7);
   CHECK(heap.holders_in_use());
 }
 

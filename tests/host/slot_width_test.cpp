@@ -72,6 +72,31 @@ TEST_CASE("a class widens up to the share of the classes in use", "[width]") {
   CHECK(width.mask(3) == 7);
 }
 
+TEST_CASE("a class in use that takes an empty slab widens where the caller asks", "[width]") {
+  slot_shape shape{slot_width::initial(7, 9), 7, 128, 0};
+  slot_width const width{&shape, 256};
+  CHECK(width.use(3, width.look(), true) == 0);  // joins, and keeps the width
+  CHECK(width.mask(3) == 7);
+  CHECK(slot_width::classes_of(shape.widths) == 1u << 3);
+  width.use(3, width.look());  // a class in use, not asked to grow: nothing changes
+  CHECK(width.mask(3) == 7);
+  for (std::uint32_t const mask : {15u, 31u, 63u, 127u, 127u}) {
+    CHECK(width.use(3, width.look(), true) == 0);  // one step a take, up to one class's share
+    CHECK(width.mask(3) == mask);
+  }
+  // A second class joins (asked to grow or not) and narrows the first to their share.
+  std::uint64_t const was = width.use(5, width.look(), true);
+  CHECK(slot_width::mask_of(was, 3) == 127);
+  CHECK(width.mask(3) == 63);
+  CHECK(width.mask(5) == 7);
+  CHECK(width.use(5, width.look(), true) == 0);
+  CHECK(width.mask(5) == 15);
+  // Fixed widths: nothing to do.
+  slot_width const fixed{nullptr, 8};
+  CHECK(fixed.use(3, fixed.look(), true) == 0);
+  CHECK(fixed.mask(3) == 7);
+}
+
 TEST_CASE("the classes of blocks past 32 KiB keep the base width", "[width]") {
   // A heap of every class: the word holds the widths of the first twelve, four bits each; the
   // others have no bits there, and their masks never pass the base, whatever the word holds.

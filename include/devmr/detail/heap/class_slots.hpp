@@ -836,7 +836,11 @@ class class_slots {
       // before the take: an empty slab.
       return take_fresh_for(cls, hint);
     }
-    if (std::uint64_t const was = width_.use(cls, widths); was != 0) {
+    // A class in use before that takes an empty slab on a roomy heap needs more blocks than its
+    // slots hold: it widens as a reuse would (slot_width::use), so that a class alone on a fresh
+    // heap does not send every SM's claims to the slots of the base width, one install after
+    // another.
+    if (std::uint64_t const was = width_.use(cls, widths, true); was != 0) {
       release_narrowed(was, hint);
     }
     return take_fresh_for(cls, hint);

@@ -150,13 +150,19 @@ struct slot_width {
   /// class wider than their share narrows to it. Returns the word it replaced where a class
   /// narrowed (its slots past the new width are the caller's to give up), else 0.
   DEVMR_HOST_DEVICE std::uint64_t use(unsigned cls) const { return use(cls, look()); }
-  /// use, from what `seen` read of the widths (look).
-  DEVMR_HOST_DEVICE std::uint64_t use(unsigned cls, snapshot seen) const {
+  /// use, from what `seen` read of the widths (look). Where `grow`, a class already in use
+  /// widens as one that reuses a slab would (widen): an install on a roomy heap whose class
+  /// needs more blocks than its slots hold.
+  DEVMR_HOST_DEVICE std::uint64_t use(unsigned cls, snapshot seen, bool grow = false) const {
     if (seen.fixed) {
       return 0;
     }
     auto w = atomic(shape->widths);
     std::uint32_t const bit = std::uint32_t{1} << cls;
+    if (grow && (classes_of(seen.word) & bit) != 0) {
+      widen(cls, seen);
+      return 0;
+    }
     while ((classes_of(seen.word) & bit) == 0) {
       std::uint32_t const classes = classes_of(seen.word) | bit;
       unsigned const fair = share_log2(seen.budget, popcount32(classes), limit);

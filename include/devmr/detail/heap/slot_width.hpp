@@ -3,27 +3,30 @@
 // How many slots each size class spreads its claims over: its width. A slot holds one slab of its
 // class, partly handed out, so the heap lets its slots together hold a budget of slabs (a quarter
 // of them). With every class in use, each class gets an equal share of the budget; while fewer
-// classes are in use, each of them may use a larger share, so that fewer SMs meet on one slot
-// word and each slot's installs serve fewer claims.
+// classes are in use, each of them may use a larger share, so that fewer SMs meet on one slot word
+// and each slot's installs serve fewer claims.
 //
-// One word holds the classes that have taken an empty slab (bits 0-15) and the width of each of
-// the first twelve classes (four bits each from bit 16: log2 of its slots), the classes of blocks
-// up to 32 KiB. The classes of larger blocks (sixteen blocks a slab at most) keep the base
-// width, which the word need not hold. Every class starts at the share of all classes. An
-// install that reuses one of its class's listed slabs doubles the class's width, up to the share
-// of the classes in use; a class that takes its first empty slab narrows every class to the
-// share that leaves room for it. Both are one CAS on the word, so that no width passes the share
-// of the classes that the word records. While the heap is roomy, any slot takes empty slabs;
-// past that, a slot past the share of all classes reuses its class's slabs and never takes an
-// empty one: one with nothing to reuse narrows its class back and sends its claim to the slot of
-// the base width (class_slots::install), so that on a heap mostly in use widening spreads a
-// class over the slabs it holds, not the heap's last empty slabs over more slots. Claims
-// read the width with a relaxed load: one that read it just before it narrowed uses a slot that
-// is no longer in use, which serves it like any other. Slots past their class's width keep their
-// slabs until the heap runs out of empty slabs and the slots give them up
-// (class_slots::release_slots). A heap large enough that every class has all its slots with every
-// class in use (fixed) keeps every class at all of them in the word, and a caller that knows it
-// (a slab_ref says so) reads no word at all.
+// One word holds the classes that have taken an empty slab (bits 0-15) and the width of each of the
+// first twelve classes (four bits each from bit 16: log2 of its slots), the classes of blocks up to
+// 32 KiB. The classes of larger blocks (sixteen blocks a slab at most) keep the base width, which
+// the word need not hold. Every class starts at the share of all classes. An install that reuses
+// one of its class's listed slabs doubles the class's width, up to the share of the classes in use,
+// as does an install of a class in use that takes an empty slab on a roomy heap (it needs more
+// blocks than its slots hold); a class that takes its first empty slab narrows every class to the
+// share that leaves room for it. Both are one CAS on the word, so that no width passes the share of
+// the classes that the word records. While the heap is roomy, any slot within its class's width
+// takes empty slabs; past that, a slot past the share of all classes reuses its class's slabs and
+// never takes an empty one: one with nothing to reuse narrows its class back and sends its claim to
+// the slot of the base width (class_slots::install), so that on a heap mostly in use widening
+// spreads a class over the slabs it holds, not the heap's last empty slabs over more slots. Claims
+// read the width with a relaxed load: one that read it just before it narrowed uses a slot that is
+// no longer in use, which serves it from the slab there, if any, and takes no empty slab. A class
+// that comes into use and narrows the others returns the word it replaced, so that its install has
+// the slots past each class's new width give their slabs up (class_slots::release_narrowed); the
+// slots past a width that narrowed back (narrow) keep theirs until the heap runs out of empty slabs
+// and the slots give them up (class_slots::release_slots). A heap large enough that every class has
+// all its slots with every class in use (fixed) keeps every class at all of them in the word, and a
+// caller that knows it (a slab_ref says so) reads no word at all.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>

@@ -971,9 +971,7 @@ class steady_host {
         }
         block& b = held_[4 * std::size_t{i} + j];
         if (b.p != nullptr) {
-          bad_ += tags_intact(b.tags) ? 0 : 1;
-          core.free_one(b.p, sm);
-          b.p = nullptr;
+          release(b, sm);
           continue;
         }
         unsigned const c = cls_ < num_classes ? cls_ : fmix32(i * 4 + j + r * 7919u) % 9;
@@ -993,9 +991,7 @@ class steady_host {
   void free_all() {
     for (block& b : held_) {
       if (b.p != nullptr) {
-        bad_ += tags_intact(b.tags) ? 0 : 1;
-        heap_.core().free_one(b.p, 0);
-        b.p = nullptr;
+        release(b, 0);
       }
     }
   }
@@ -1007,6 +1003,12 @@ class steady_host {
     void* p = nullptr;
     live_block tags{};
   };
+  /// Checks held block `b`'s tags and frees it, as SM `sm`.
+  void release(block& b, unsigned sm) {
+    bad_ += tags_intact(b.tags) ? 0 : 1;
+    heap_.core().free_one(b.p, sm);
+    b.p = nullptr;
+  }
   host_heap& heap_;
   unsigned cls_;
   std::uint32_t n_ = 0;
@@ -1014,10 +1016,6 @@ class steady_host {
   std::uint64_t bad_ = 0;
   std::vector<block> held_;
 };
-
-}  // namespace
-
-namespace {
 
 /// A change of load on a 512 MiB heap: 4 KiB blocks alone at 80% live for 20 rounds (the class
 /// widens to 128 slots), every block freed, then every size at `share` live for `rounds` rounds,

@@ -55,6 +55,8 @@ struct slot_width {
   /// width. Every class has its bit below bit 16.
   static constexpr unsigned max_classes = 12;
   static constexpr unsigned width_shift = 16;
+  /// The bits of a word that hold the widths (above the classes in use).
+  static constexpr std::uint64_t width_bits = ~std::uint64_t{(1u << width_shift) - 1};
   static_assert(num_classes <= width_shift);
 
   /// log2 of the slots of each of `classes` classes in use (at least one) that share `budget`
@@ -177,10 +179,7 @@ struct slot_width {
       }
       std::uint64_t const was = seen.word;
       if (w.compare_exchange_weak(seen.word, next, relaxed, relaxed)) {
-        return (next & ~std::uint64_t{(1u << width_shift) - 1}) !=
-                       (was & ~std::uint64_t{(1u << width_shift) - 1})
-                   ? was
-                   : 0;
+        return (next & width_bits) != (was & width_bits) ? was : 0;
       }
     }
     return 0;

@@ -366,7 +366,8 @@ constexpr unsigned churn_row = ~0u;
 struct options {
   bool quick = false;
   bool no_malloc = false;
-  bool reset = false;  ///< devmr: reset the heap before every run, not only a row's first
+  bool reset = false;       ///< devmr: reset the heap before every run, not only a row's first
+  bool floor_walk = false;  ///< the floor goes on through its buffer from run to run of a row
   unsigned heap_gib = default_heap_gib;             ///< --heap: the heap's size
   std::vector<std::pair<unsigned, unsigned>> only;  ///< --row: threads, size_arg or churn_row
   std::string only_flags;                           ///< those --row and --heap arguments, as given
@@ -381,11 +382,15 @@ struct options {
 [[noreturn]] void usage(char const* argv0, int status) {
   std::fprintf(
       status == 0 ? stdout : stderr,
-      "usage: %s [--quick] [--no-malloc] [--reset] [--heap G] [--row T:S]...\n"
+      "usage: %s [--quick] [--no-malloc] [--reset] [--floor-walk] [--heap G] [--row T:S]...\n"
       "  --quick      only 2^20 threads, 3 runs per phase instead of 5\n"
       "  --no-malloc  leave out CUDA's device malloc\n"
       "  --reset      devmr: reset the heap before every run of a row, not only before the first\n"
       "               (every run then starts from fresh slabs instead of recycled ones)\n"
+      "  --floor-walk the floor's allocation runs go on through its buffer where the run before\n"
+      "               ended, rather than each from its first byte (memory the kernels before did\n"
+      "               not write just now, as devmr's slots go on through their slabs: what the\n"
+      "               floor's blocks gain from the L2 cache)\n"
       "  --heap G     a heap of G GiB (default 24; 2^22 threads of 4 KiB blocks need over 16)\n"
       "  --row T:S    only this row (repeatable): T = 16, 20 or 22 (2^T threads), S = 16, 64,\n"
       "               256, 1024, 4096, mixed or churn; for profiling one row, or comparing "
@@ -396,6 +401,8 @@ struct options {
 
 /// The block sizes of the rows, in the order they run (mixed last).
 constexpr unsigned row_sizes[] = {16, 64, 256, 1024, 4096, mixed_size};
+/// The largest block any row asks for (mixed sizes included).
+constexpr std::uint64_t largest_row_block = 4096;
 
 /// A row named on the command line as T:S (see usage); nothing when it names no row.
 std::optional<std::pair<unsigned, unsigned>> parse_row(std::string_view text) {
@@ -550,7 +557,11 @@ class heap_bench {
         }
         break;
       case allocator_kind::floor:
-        DEVMR_CUDA_TRY(cudaMemsetAsync(floor_offset_, 0, sizeof(unsigned long long), 0));
+        if (!opts_.floor_walk || first_run || floor_walked_ + floor_row_bytes_ > floor_bytes) {
+          DEVMR_CUDA_TRY(cudaMemsetAsync(floor_offset_, 0, sizeof(unsigned long long), 0));
+          floor_walked_ = 0;
+        }
+        floor_walked_ += floor_row_bytes_;
         break;
       case allocator_kind::malloc:
         arm_deadline();
@@ -638,6 +649,7 @@ class heap_bench {
     unsigned const grid = (r.threads + block_threads - 1) / block_threads;
     std::uint64_t const failed_before =
         kind == allocator_kind::devmr ? heap_.stats().failed_allocations : 0;
+    floor_row_bytes_ = std::uint64_t{r.threads} * largest_row_block;  // at most, for --floor-walk
     for (int rep = 0; rep < reps; ++rep) {
       prepare(kind, rep == 0);
       float const alloc_ms = alloc_phase(kind, r.threads, r.size_arg);
@@ -676,6 +688,7 @@ class heap_bench {
     auto const k = static_cast<int>(kind);
     std::uint64_t const failed_before =
         kind == allocator_kind::devmr ? heap_.stats().failed_allocations : 0;
+    floor_row_bytes_ = floor_bytes;  // churn: every run from the first byte
     for (int rep = 0; rep < reps_; ++rep) {
       prepare(kind, rep == 0);
       float const ms = churn_phase(kind, r.threads);
@@ -707,6 +720,8 @@ class heap_bench {
   void** ptrs_ = nullptr;
   run_counters* counters_ = nullptr;
   unsigned long long* floor_offset_ = nullptr;
+  std::uint64_t floor_row_bytes_ = 0;  ///< the most a run of the current row takes of the floor
+  std::uint64_t floor_walked_ = 0;     ///< the most the floor's runs took since its offset was 0
   void* floor_buffer_ = nullptr;
   float malloc_spent_ms_ = 0.0f;
   std::vector<std::string> warnings_;
@@ -864,9 +879,9 @@ int run(options const& opts) {
   std::printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", device,
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / static_cast<double>(gib), driver, runtime);
-  std::printf("flags:%s%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
+  std::printf("flags:%s%s%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
               opts.no_malloc ? " --no-malloc" : "", opts.reset ? " --reset" : "",
-              opts.only_flags.c_str(),
+              opts.floor_walk ? " --floor-walk" : "", opts.only_flags.c_str(),
               static_cast<double>(malloc_limit) / static_cast<double>(gib));
   std::fflush(stdout);
 
@@ -936,6 +951,8 @@ int main(int argc, char** argv) {
       opts.no_malloc = true;
     } else if (std::strcmp(argv[a], "--reset") == 0) {
       opts.reset = true;
+    } else if (std::strcmp(argv[a], "--floor-walk") == 0) {
+      opts.floor_walk = true;
     } else if (std::strcmp(argv[a], "--heap") == 0) {
       unsigned long const g = a + 1 == argc ? 0 : std::strtoul(argv[++a], nullptr, 10);
       if (g == 0 || g > 1024) {

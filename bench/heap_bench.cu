@@ -547,8 +547,10 @@ class heap_bench {
   }
 
   /// Brings an allocator to the state a run starts from (devmr: a reset before the row's first
-  /// run, or before every run with --reset); sets the malloc deadline.
-  void prepare(allocator_kind kind, bool first_run) {
+  /// run, or before every run with --reset; the floor: its offset at 0, or with --floor-walk
+  /// where the run before left it while `floor_run_bytes` more still fit); sets the malloc
+  /// deadline.
+  void prepare(allocator_kind kind, bool first_run, std::uint64_t floor_run_bytes) {
     DEVMR_CUDA_TRY(cudaMemsetAsync(counters_, 0, sizeof(run_counters), 0));
     switch (kind) {
       case allocator_kind::devmr:
@@ -557,11 +559,11 @@ class heap_bench {
         }
         break;
       case allocator_kind::floor:
-        if (!opts_.floor_walk || first_run || floor_walked_ + floor_row_bytes_ > floor_bytes) {
+        if (!opts_.floor_walk || first_run || floor_walked_ + floor_run_bytes > floor_bytes) {
           DEVMR_CUDA_TRY(cudaMemsetAsync(floor_offset_, 0, sizeof(unsigned long long), 0));
           floor_walked_ = 0;
         }
-        floor_walked_ += floor_row_bytes_;
+        floor_walked_ += floor_run_bytes;
         break;
       case allocator_kind::malloc:
         arm_deadline();
@@ -649,9 +651,8 @@ class heap_bench {
     unsigned const grid = (r.threads + block_threads - 1) / block_threads;
     std::uint64_t const failed_before =
         kind == allocator_kind::devmr ? heap_.stats().failed_allocations : 0;
-    floor_row_bytes_ = std::uint64_t{r.threads} * largest_row_block;  // at most, for --floor-walk
     for (int rep = 0; rep < reps; ++rep) {
-      prepare(kind, rep == 0);
+      prepare(kind, rep == 0, std::uint64_t{r.threads} * largest_row_block);
       float const alloc_ms = alloc_phase(kind, r.threads, r.size_arg);
       check_kernel<<<grid, block_threads>>>(ptrs_, r.threads, r.size_arg, counters_);
       DEVMR_CUDA_TRY(cudaGetLastError());
@@ -688,9 +689,8 @@ class heap_bench {
     auto const k = static_cast<int>(kind);
     std::uint64_t const failed_before =
         kind == allocator_kind::devmr ? heap_.stats().failed_allocations : 0;
-    floor_row_bytes_ = floor_bytes;  // churn: every run from the first byte
     for (int rep = 0; rep < reps_; ++rep) {
-      prepare(kind, rep == 0);
+      prepare(kind, rep == 0, floor_bytes);  // churn: every run from the first byte
       float const ms = churn_phase(kind, r.threads);
       run_counters const c = read_counters();
       r.nulls[k] += c.nulls;
@@ -720,8 +720,7 @@ class heap_bench {
   void** ptrs_ = nullptr;
   run_counters* counters_ = nullptr;
   unsigned long long* floor_offset_ = nullptr;
-  std::uint64_t floor_row_bytes_ = 0;  ///< the most a run of the current row takes of the floor
-  std::uint64_t floor_walked_ = 0;     ///< the most the floor's runs took since its offset was 0
+  std::uint64_t floor_walked_ = 0;  ///< the most the floor's runs took since its offset was 0
   void* floor_buffer_ = nullptr;
   float malloc_spent_ms_ = 0.0f;
   std::vector<std::string> warnings_;

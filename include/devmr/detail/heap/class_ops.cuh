@@ -79,21 +79,24 @@ __device__ std::byte* warp_allocate(
     if (leads) {
       got = slots.claim(cls, slot, rest, hint);
     }
+    // Two shuffles send the claim: its slab, then its first block (or bitmap word: below 2^20),
+    // its count (at most 32) and whether the slab is fresh, in one word.
     constexpr unsigned fresh_bit = 1u << 31;
     constexpr unsigned moved = 1u << 30;  // no blocks: claim again at the base width
-    got.count = __shfl_sync(
-        peers, got.count | (got.fresh ? fresh_bit : 0u) | (is_moved(got) ? moved : 0u), leader);
-    if (got.count == moved) {
-      slot = __shfl_sync(peers, got.id, leader);  // of the base width: sends no claim on
+    unsigned const sent = __shfl_sync(
+        peers, is_moved(got) ? moved : got.first << 8 | got.count | (got.fresh ? fresh_bit : 0u),
+        leader);
+    got.id = __shfl_sync(peers, got.id, leader);
+    if (sent == moved) {
+      slot = got.id;  // of the base width: sends no claim on
       continue;
     }
+    got.count = sent & 0xffu;
     if (got.count == 0) {
       break;
     }
-    bool const fresh = (got.count & fresh_bit) != 0;
-    got.count &= ~fresh_bit;
-    got.id = __shfl_sync(peers, got.id, leader);
-    got.first = __shfl_sync(peers, got.first, leader);
+    bool const fresh = (sent & fresh_bit) != 0;
+    got.first = (sent >> 8) & slot_field_mask;
     std::byte* const slab = slots.slabs().data(got.id);
     if (fresh) {
       // The next blocks of a fresh slab, in order.

@@ -75,30 +75,39 @@ __device__ std::byte* warp_allocate(
   unsigned rest = __popc(peers);  // uniform across the peers: every value below is broadcast
   std::byte* mine = nullptr;
   while (rest != 0) {
-    block_claim got = no_claim;
-    if (leads) {
-      got = slots.claim(cls, slot, rest, hint);
+    // The claim's addition, its slot value sent to the peers at once: where it serves them all
+    // from a fresh slab, each works out its own block from it, with nothing more from the
+    // leader; else the leader goes on from that value (claim_from) and sends what it got.
+    std::uint64_t const seen =
+        __shfl_sync(peers, leads ? slots.claim_add(cls, slot, rest) : 0, leader);
+    // (A slot value with no slab promises nothing, and is never fresh.)
+    block_claim got{slot_id(seen), slot_claimed(seen), rest, true};
+    if (!slot_is_fresh(seen) || slot_claimed(seen) + rest > slot_promised(seen)) {
+      got = no_claim;
+      if (leads) {
+        got = slots.claim_from(cls, slot, rest, hint, seen);
+      }
+      // Two shuffles send the claim: its slab, then its first block (or bitmap word: below
+      // 2^20), its count (at most 32) and whether the slab is fresh, in one word.
+      constexpr unsigned fresh_bit = 1u << 31;
+      constexpr unsigned moved = 1u << 30;  // no blocks: claim again at the base width
+      unsigned const sent = __shfl_sync(
+          peers, is_moved(got) ? moved : got.first << 8 | got.count | (got.fresh ? fresh_bit : 0u),
+          leader);
+      got.id = __shfl_sync(peers, got.id, leader);
+      if (sent == moved) {
+        slot = got.id;  // of the base width: sends no claim on
+        continue;
+      }
+      got.count = sent & 0xffu;
+      if (got.count == 0) {
+        break;
+      }
+      got.fresh = (sent & fresh_bit) != 0;
+      got.first = (sent >> 8) & slot_field_mask;
     }
-    // Two shuffles send the claim: its slab, then its first block (or bitmap word: below 2^20),
-    // its count (at most 32) and whether the slab is fresh, in one word.
-    constexpr unsigned fresh_bit = 1u << 31;
-    constexpr unsigned moved = 1u << 30;  // no blocks: claim again at the base width
-    unsigned const sent = __shfl_sync(
-        peers, is_moved(got) ? moved : got.first << 8 | got.count | (got.fresh ? fresh_bit : 0u),
-        leader);
-    got.id = __shfl_sync(peers, got.id, leader);
-    if (sent == moved) {
-      slot = got.id;  // of the base width: sends no claim on
-      continue;
-    }
-    got.count = sent & 0xffu;
-    if (got.count == 0) {
-      break;
-    }
-    bool const fresh = (sent & fresh_bit) != 0;
-    got.first = (sent >> 8) & slot_field_mask;
     std::byte* const slab = slots.slabs().data(got.id);
-    if (fresh) {
+    if (got.fresh) {
       // The next blocks of a fresh slab, in order.
       if (place < got.count) {
         mine = slab + (std::size_t{got.first + place} << shift);

@@ -204,11 +204,23 @@ class class_slots {
                                       unsigned slot,
                                       std::uint32_t want,
                                       unsigned hint) const {
-    // acquire: pairs with the release that published the slot's slab (install), whose release
-    // sequence the other claims' additions continue: the slab's format, or the frees that its
-    // promise counts, happen before its blocks are used.
+    return claim_from(cls, slot, want, hint, claim_add(cls, slot, want));
+  }
+
+  /// The addition that starts a claim of `want` blocks of class `cls` through slot `slot`: the
+  /// slot value it replaced. acquire: pairs with the release that published the slot's slab
+  /// (install), whose release sequence the other claims' additions continue: the slab's format,
+  /// or the frees that its promise counts, happen before its blocks are used.
+  DEVMR_HOST_DEVICE std::uint64_t claim_add(unsigned cls, unsigned slot, std::uint32_t want) const {
+    return atomic(word(cls, slot)).fetch_add(want, acquire);
+  }
+
+  /// The rest of a claim of `want` blocks whose addition (claim_add) replaced slot value `seen`:
+  /// what that addition served, or, where it did not serve all of it, what the claim gets once
+  /// it installs the next slab or waits for another claim's install (see claim).
+  DEVMR_HOST_DEVICE block_claim claim_from(
+      unsigned cls, unsigned slot, std::uint32_t want, unsigned hint, std::uint64_t seen) const {
     auto w = atomic(word(cls, slot));
-    std::uint64_t seen = w.fetch_add(want, acquire);
     for (;;) {
       if (served(seen, want, cls).count == want) {
         return served(seen, want, cls);

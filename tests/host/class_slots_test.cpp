@@ -872,6 +872,64 @@ TEST_CASE("a slot hands out a fresh slab in order, then its freed blocks again",
   CHECK(heap.bad_blocks == 0);
 }
 
+TEST_CASE("a claim that its slot value says a fresh slab served in full got those blocks",
+          "[reuse][slots]") {
+  // The warp's fast path (class_ops.cuh) takes slot_serves_fresh's word for what a claim got:
+  // every claim here, of 1 to 32 blocks of class 3 (128 a slab), checks it against claim_from,
+  // across installs of fresh slabs, renewals and reused slabs (the blocks held are freed, every
+  // other one or all, from time to time). The first five end one block past the first slab's
+  // promise (32 + 32 + 32 + 31, then 2).
+  test_heap heap{4, 1};
+  std::vector<std::uint32_t> held;
+  std::uint64_t fast = 0;
+  std::uint64_t slow = 0;
+  std::uint64_t reused = 0;
+  constexpr std::uint32_t first_wants[] = {32, 32, 32, 31, 2};
+  std::mt19937 rng{7};
+  for (std::uint32_t round = 0; round < 3000; ++round) {
+    std::uint32_t const want = round < 5 ? first_wants[round] : 1 + rng() % 32;
+    std::uint64_t const seen = heap.slots.claim_add(3, 0, want);
+    block_claim const got = heap.slots.claim_from(3, 0, want, 0, seen);
+    if (slot_serves_fresh(seen, want)) {
+      ++fast;
+      CHECK(got.id == slot_id(seen));
+      CHECK(got.first == slot_claimed(seen));
+      CHECK(got.count == want);
+      CHECK(got.fresh);
+    } else {
+      ++slow;
+      reused += got.count != 0 && !got.fresh ? 1 : 0;
+    }
+    heap.slots.take(got, 3, [&](std::uint32_t b) {
+      std::uint32_t const key = heap.key_of(got.id, b);
+      CHECK(heap.memory.owner[key].exchange(1, std::memory_order_relaxed) == 0);
+      std::byte* const p = heap.block(got.id, 3, b);
+      std::uint32_t const who = 1;
+      std::memcpy(p, &who, 4);
+      std::memcpy(p + 128 - 4, &who, 4);
+      held.push_back(key);
+    });
+    if (held.size() > 300) {
+      // Every other block held, or (one time in three) all of them.
+      bool const all = rng() % 3 == 0;
+      std::vector<std::uint32_t> kept;
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        if (all || i % 2 == 0) {
+          heap.free(3, held[i], 1, 0);
+        } else {
+          kept.push_back(held[i]);
+        }
+      }
+      held = kept;
+    }
+  }
+  CHECK(fast > 0);
+  CHECK(slow > 0);
+  CHECK(reused > 0);
+  CHECK(heap.bad_blocks == 0);
+  CHECK(heap.double_handouts == 0);
+}
+
 TEST_CASE("a slot opens its used-up slab again, fresh, once every block of it is free",
           "[reuse][slots][renew]") {
   test_heap heap{4, 1};

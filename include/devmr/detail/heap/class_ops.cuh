@@ -80,9 +80,10 @@ __device__ std::byte* warp_allocate(
     // leader; else the leader goes on from that value (claim_from) and sends what it got.
     std::uint64_t const seen =
         __shfl_sync(peers, leads ? slots.claim_add(cls, slot, rest) : 0, leader);
-    // (A slot value with no slab promises nothing, and is never fresh.)
+    // (The fresh flag is tested alone first: ptxas then branches past the rest of the test for
+    // a reused slab's value, as measured, where the test alone compiles to predicates.)
     block_claim got{slot_id(seen), slot_claimed(seen), rest, true};
-    if (!slot_is_fresh(seen) || slot_claimed(seen) + rest > slot_promised(seen)) {
+    if (!slot_is_fresh(seen) || !slot_serves_fresh(seen, rest)) {
       got = no_claim;
       if (leads) {
         got = slots.claim_from(cls, slot, rest, hint, seen);

@@ -78,6 +78,13 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t row_slab_claimed(std::uint32_t claimed
   std::uint32_t const left = claimed > before ? claimed - before : 0;
   return left < per_slab ? left : per_slab;
 }
+/// Whether a claim of `want` blocks whose addition replaced slot value `w` got them all from a
+/// fresh slab: then they are blocks slot_claimed(w), slot_claimed(w) + 1, ... of slab
+/// slot_id(w), as class_slots::claim_from returns them, and the claim needs nothing more. (A
+/// slot value with no slab promises nothing and is never fresh: no look at the id.)
+DEVMR_HOST_DEVICE constexpr bool slot_serves_fresh(std::uint64_t w, std::uint32_t want) {
+  return slot_is_fresh(w) && slot_claimed(w) + want <= slot_promised(w);
+}
 /// A slot with no slab and no claim since it lost its last: the next claim installs.
 DEVMR_HOST_DEVICE constexpr bool slot_is_vacant(std::uint64_t w) {
   return !is_slab(slot_id(w)) && slot_claimed(w) == 0;
@@ -100,6 +107,9 @@ DEVMR_HOST_DEVICE constexpr bool slot_still_waiting(std::uint64_t w, std::uint32
   return slot_id(w) == id && (!is_slab(id) || slot_claimed(w) > slot_promised(w));
 }
 inline constexpr std::uint64_t vacant_class_slot = make_class_slot(empty_id, 0, false, 0);
+// A slot value with no slab (vacant, or an installer's: take_over) promises nothing and is not
+// fresh (slot_serves_fresh).
+static_assert(!slot_is_fresh(vacant_class_slot) && slot_promised(vacant_class_slot) == 0);
 
 /// Blocks a claim obtained: `count` blocks of slab `id` (none when `id` is no_slab). Those of a
 /// fresh slab are blocks `first`, `first + 1`, ...; those of a reused one are bits to take from

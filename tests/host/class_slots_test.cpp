@@ -790,20 +790,29 @@ struct engine_heap {
       if (got.count == 0) {
         break;
       }
-      slots.take(got, c, [&](std::uint32_t b) {
-        std::uint32_t const key = key_of(got.id, b);
-        std::uint32_t const was = memory.owner[key].exchange(who, std::memory_order_relaxed);
-        if (was != 0) {
-          double_handouts.fetch_add(1, std::memory_order_relaxed);
-        }
-        std::byte* p = block(got.id, c, b);
-        std::memcpy(p, &who, 4);
-        std::memcpy(p + (std::size_t{16} << c) - 4, &who, 4);
-        out.push_back(key);
-      });
+      hold(got, c, who, out);
       served += got.count;
     }
     return served;
+  }
+
+  /// Takes the blocks of claim `got` (class `c`) for owner `who`: each checked against the owner
+  /// table, tagged at both ends, its key added to `out`.
+  void hold(block_claim const& got,
+            unsigned c,
+            std::uint32_t who,
+            std::vector<std::uint32_t>& out) {
+    slots.take(got, c, [&](std::uint32_t b) {
+      std::uint32_t const key = key_of(got.id, b);
+      std::uint32_t const was = memory.owner[key].exchange(who, std::memory_order_relaxed);
+      if (was != 0) {
+        double_handouts.fetch_add(1, std::memory_order_relaxed);
+      }
+      std::byte* p = block(got.id, c, b);
+      std::memcpy(p, &who, 4);
+      std::memcpy(p + (std::size_t{16} << c) - 4, &who, 4);
+      out.push_back(key);
+    });
   }
 
   void free(unsigned c, std::uint32_t key, std::uint32_t who, unsigned hint) {
@@ -900,15 +909,7 @@ TEST_CASE("a claim that its slot value says a fresh slab served in full got thos
       ++slow;
       reused += got.count != 0 && !got.fresh ? 1 : 0;
     }
-    heap.slots.take(got, 3, [&](std::uint32_t b) {
-      std::uint32_t const key = heap.key_of(got.id, b);
-      CHECK(heap.memory.owner[key].exchange(1, std::memory_order_relaxed) == 0);
-      std::byte* const p = heap.block(got.id, 3, b);
-      std::uint32_t const who = 1;
-      std::memcpy(p, &who, 4);
-      std::memcpy(p + 128 - 4, &who, 4);
-      held.push_back(key);
-    });
+    heap.hold(got, 3, 1, held);
     if (held.size() > 300) {
       // Every other block held, or (one time in three) all of them.
       bool const all = rng() % 3 == 0;

@@ -3,6 +3,7 @@
 // twice, or two live blocks that overlap, fail the test.
 
 #include "../../bench/block_sizes.hpp"
+#include "tsan.hpp"
 
 #include <devmr/detail/heap/format.hpp>
 #include <devmr/detail/heap/heap_core.hpp>
@@ -22,6 +23,7 @@
 namespace {
 
 using namespace devmr::detail::heap;
+using devmr_test::under_tsan;
 
 /// A heap over host memory: header, arenas and their metadata, as slab_heap lays them out.
 class host_heap {
@@ -855,24 +857,13 @@ churn_totals run_churn(
   return {errors.load(), failures.load()};
 }
 
-bool under_tsan() {
-#if defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-  return true;
-#endif
-#endif
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("threads churning mixed lifetimes at 80% of the heap never fail nor share a block",
           "[heap][core][threads]") {
   // Two arenas, so that lookups, lists and fresh slabs cross arena boundaries.
   host_heap heap{{96, 64}, false};
-  int const operations = under_tsan() ? 4000 : 40000;
+  int const operations = under_tsan ? 4000 : 40000;
   auto const [errors, failures] = run_churn(heap, 8, operations, 0.8);
   CHECK(errors == 0);
   CHECK(failures == 0);
@@ -894,7 +885,7 @@ TEST_CASE("threads claiming through the slots of a kernel's warps share no block
   // whose widths the width word does not hold. Sixteen threads: on a machine with as many
   // cores, a class whose few slabs all sit in its slots or in flight between them is out of
   // slabs often, and each such install must find them (reclaim, final_search).
-  int const operations = under_tsan() ? 2000 : 20000;
+  int const operations = under_tsan ? 2000 : 20000;
   for (auto const& [share, classes] : {std::pair{0.8, 9u}, std::pair{0.5, num_classes}}) {
     INFO(classes << " classes, " << share << " of the heap live");
     host_heap heap{{96, 64}, false};
@@ -911,7 +902,7 @@ TEST_CASE("a class that widened alone leaves its slots to the classes that come 
   // 4 KiB blocks alone at 80% of the heap: the class reuses its slabs and widens to the share of
   // one class (a quarter of the slabs). Then the first nine classes at 80%: each that comes into
   // use narrows it, and the slots past its width keep their slabs until the heap runs short.
-  int const operations = under_tsan() ? 2000 : 20000;
+  int const operations = under_tsan ? 2000 : 20000;
   host_heap heap{{96, 64}, false};
   auto const alone = run_churn(heap, 16, operations, 0.8, {true, 9, 8});
   CHECK(alone.errors == 0);
@@ -1065,7 +1056,7 @@ phase_change const& change_of_load(double share, int rounds) {
 /// The shares of the heap live that the change of load is tried at, and the rounds at each:
 /// ThreadSanitizer, which has nothing to find in one thread, runs the last only.
 std::vector<std::pair<double, int>> change_of_load_shares() {
-  if (under_tsan()) {
+  if (under_tsan) {
     return {{0.8, 40}};
   }
   return {{0.75, 60}, {0.8, 40}};
@@ -1102,7 +1093,7 @@ TEST_CASE("threads churning a heap whose installs take rows never fail nor share
           "[heap][core][threads][rows]") {
   // The classes of 1 KiB to 4 KiB take rows of slabs while the heap is roomy, on two arenas:
   // rows open, close with their blocks in use, and their slabs go back one at a time.
-  int const operations = under_tsan() ? 3000 : 30000;
+  int const operations = under_tsan ? 3000 : 30000;
   for (double const share : {0.5, 0.8}) {
     INFO(share << " of the heap live");
     host_heap heap{{98, 66}, false, true};
@@ -1120,7 +1111,7 @@ TEST_CASE("threads churning a heap whose installs take rows never fail nor share
 TEST_CASE("threads churning past the heap's size fail some allocations and lose nothing",
           "[heap][core][threads]") {
   host_heap heap{{24}, false};
-  int const operations = under_tsan() ? 3000 : 20000;
+  int const operations = under_tsan ? 3000 : 20000;
   auto const [errors, failures] = run_churn(heap, 8, operations, 1.3);
   CHECK(errors == 0);
   CHECK(failures > 0);
@@ -1133,7 +1124,7 @@ TEST_CASE("threads churning a checked heap see no misuse and never share a block
   // 128 slabs: the nine classes' current slabs must leave room for 80% live even while
   // descheduled installers hold slabs (on 64 slabs, some 100 of 2.6 M allocations failed).
   host_heap heap{{128}, true};
-  int const operations = under_tsan() ? 3000 : 20000;
+  int const operations = under_tsan ? 3000 : 20000;
   auto const [errors, failures] = run_churn(heap, 8, operations, 0.8);
   CHECK(errors == 0);
   CHECK(failures == 0);

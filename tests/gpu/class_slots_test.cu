@@ -219,8 +219,8 @@ __global__ void free_all_kernel(engine slots,
     if (held[k] != nullptr) {
       unsigned const c = held_class[k];
       std::size_t const off = static_cast<std::size_t>(held[k] - s.base);
-      slots.free_block(static_cast<std::uint32_t>(off >> slab_shift), c,
-                       static_cast<std::uint32_t>((off & (slab_bytes - 1)) >> (c + 4)), 0);
+      slots.lists().free_block(static_cast<std::uint32_t>(off >> slab_shift), c,
+                               static_cast<std::uint32_t>((off & (slab_bytes - 1)) >> (c + 4)), 0);
       held[k] = nullptr;
     }
   }

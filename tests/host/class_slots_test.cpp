@@ -5,6 +5,7 @@
 
 #include "../slab_stack.hpp"
 #include "supply_fixture.hpp"
+#include "test_slabs.hpp"
 #include "tsan.hpp"
 
 #include <devmr/detail/heap/block_bitmap.hpp>
@@ -28,93 +29,11 @@
 namespace {
 
 using namespace devmr::detail::heap;
+using devmr_test::test_slab_memory;
+using devmr_test::test_slabs;
 using devmr_test::under_tsan;
 
 // ---- class_slots over small slabs --------------------------------------------------------------
-
-/// Slabs of 16 KiB in host memory: class c holds blocks of 16 << c bytes, 1024 >> c of them.
-struct test_slab_memory {
-  static constexpr unsigned slab_shift = 14;
-  static constexpr std::uint32_t max_blocks = 1024;
-  /// Classes whose lists the memory holds: each has a list of slabs to reuse and one of slabs
-  /// closed below the listing threshold.
-  static constexpr unsigned list_classes = 4;
-
-  explicit test_slab_memory(std::uint32_t count)
-      : slabs{count},
-        data{static_cast<std::byte*>(std::aligned_alloc(4096, std::size_t{count} << slab_shift))},
-        avail(count, 0xa5a5a5a5u),
-        next(count, 0),
-        cls(count, 0xffu),
-        bits(std::size_t{count} * bitmap_words_for(max_blocks), 0xa5a5a5a5u),
-        owner(std::size_t{count} * max_blocks),
-        listed(std::size_t{2 * list_classes} * (slab_set_words(count) + 64), 0) {
-    for (std::uint32_t id = count; id-- > 0;) {
-      empty().push(id);
-    }
-  }
-  ~test_slab_memory() { std::free(data); }
-  test_slab_memory(test_slab_memory const&) = delete;
-  test_slab_memory& operator=(test_slab_memory const&) = delete;
-
-  struct link {
-    std::vector<std::uint32_t>* next;
-    std::uint32_t& operator()(std::uint32_t id) const { return (*next)[id]; }
-  };
-  slab_stack<link> empty() { return {empty_head, link{&next}}; }
-
-  std::uint32_t slabs;
-  std::byte* data;
-  std::vector<std::uint32_t> avail;
-  std::vector<std::uint32_t> next;
-  std::vector<std::uint32_t> cls;
-  std::vector<std::uint32_t> bits;
-  std::vector<std::atomic<std::uint32_t>> owner;  // 0: nobody
-  std::vector<std::uint32_t> listed;              // sets of slabs: per class (and part of the heap)
-  std::uint64_t empty_head = empty_slab_stack;
-  std::atomic<std::uint64_t> empties{0};
-  std::uint64_t in_flight = 0;       // slabs that installs hold
-  std::uint64_t moves = 0;           // slabs put on a list or back among the empty ones
-  bool roomy = false;                // what Slabs::roomy says: false, unless a test sets it
-  std::atomic<std::int64_t> out{0};  // slabs formatted for a class and not emptied since
-};
-
-/// The Slabs policy of class_slots over test_slab_memory, with its own stack of empty slabs.
-struct test_slabs {
-  test_slab_memory* m;
-
-  std::uint32_t dense(std::uint32_t id) const { return id; }  // index into test_slab_memory
-  std::uint32_t id_of(std::uint32_t dense) const { return dense; }
-
-  std::uint32_t blocks(unsigned c) const { return test_slab_memory::max_blocks >> c; }
-  std::uint32_t& avail(std::uint32_t id) const { return m->avail[id]; }
-  std::uint32_t* bits(std::uint32_t id) const {
-    return &m->bits[std::size_t{id} * bitmap_words_for(test_slab_memory::max_blocks)];
-  }
-  std::uint32_t list_parts() const { return 1; }
-  slab_set listed(unsigned c, std::uint32_t) const {
-    return {&m->listed[c * slab_set_words(m->slabs)], bitmap_words_for(m->slabs)};
-  }
-  slab_set below(unsigned c, std::uint32_t part) const {
-    return listed(test_slab_memory::list_classes + c, part);
-  }
-  std::uint32_t member(std::uint32_t id) const { return id; }
-  std::uint32_t part_of(std::uint32_t) const { return 0; }
-  std::uint32_t slab_of(std::uint32_t, std::uint32_t member) const { return member; }
-  void format(std::uint32_t id, unsigned c) const { atomic(m->cls[id]).store(c, relaxed); }
-  bool roomy() const { return m->roomy; }
-  void count_out(std::uint32_t) const { m->out.fetch_add(1, std::memory_order_relaxed); }
-  bool bump_fresh() const { return true; }
-  std::uint64_t& in_flight() const { return m->in_flight; }
-  std::uint64_t& moves() const { return m->moves; }
-  std::uint32_t take_empty(unsigned) const { return m->empty().pop(); }
-  void give_empty(std::uint32_t id, unsigned) const {
-    atomic(m->cls[id]).store(0xffu, relaxed);
-    m->empties.fetch_add(1, std::memory_order_relaxed);
-    m->out.fetch_sub(1, std::memory_order_relaxed);
-    m->empty().push(id);
-  }
-};
 
 /// The Slabs policy of class_slots over the heap's slab supply: empty slabs come from it
 /// (as the heap's acquire_run takes one: see devmr_test::take_one) and go back to it (marked in
@@ -240,7 +159,7 @@ struct engine_heap {
         memory.owner[key].exchange(0, std::memory_order_relaxed) != who) {
       bad_blocks.fetch_add(1, std::memory_order_relaxed);
     }
-    slots.free_block(id, c, b, hint);
+    slots.lists().free_block(id, c, b, hint);
   }
 
   /// Free blocks that no slot or claim holds, over every slab of a class: what the counts say.
@@ -431,8 +350,8 @@ TEST_CASE("a renewal that loses its slot to another thread gives the slab's bloc
 TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[reuse][slots]") {
   test_heap heap{2, 1};
   std::vector<std::uint32_t> got;
-  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);   // class 3: both slabs, 128 blocks each
-  CHECK(heap.slots.take_direct(3, 1, 0).count == 0);  // nothing listed
+  REQUIRE(heap.allocate(3, 0, 256, 1, got) == 256);  // class 3: both slabs, 128 blocks each
+  CHECK(heap.slots.lists().take_direct(3, 1, 0).count == 0);  // nothing listed
   // Free 40 blocks of slab 0, closed (its slot moved on): listed with 40 (threshold 16, 8 kept).
   std::vector<std::uint32_t> freed;
   for (std::uint32_t key : got) {
@@ -442,12 +361,12 @@ TEST_CASE("a claim that would wait takes blocks straight from a listed slab", "[
     }
   }
   REQUIRE(heap.counted_free_blocks() == 40);
-  block_claim const direct = heap.slots.take_direct(3, 30, 0);
+  block_claim const direct = heap.slots.lists().take_direct(3, 30, 0);
   REQUIRE(direct.count == 30);
   CHECK(direct.id == 0u);
   CHECK_FALSE(direct.fresh);
   CHECK(heap.counted_free_blocks() == 10);
-  CHECK(heap.slots.take_direct(3, 2, 0).count == 0);  // 10 - 2 would leave no more than 8
+  CHECK(heap.slots.lists().take_direct(3, 2, 0).count == 0);  // 10 - 2 would leave no more than 8
   std::vector<std::uint32_t> again;
   heap.slots.take(direct, 3, [&](std::uint32_t b) { again.push_back(heap.key_of(0, b)); });
   std::sort(again.begin(), again.end());
@@ -475,8 +394,9 @@ TEST_CASE("a claim that would wait takes blocks straight from a slab closed belo
   }
   REQUIRE(heap.counted_free_blocks() == 12);
   REQUIRE((heap.memory.avail[0] & (avail_listed | avail_open)) == 0);
-  CHECK(heap.slots.take_direct(3, 13, 0).count == 0);           // short
-  block_claim const direct = heap.slots.take_direct(3, 12, 0);  // all of them: it keeps none
+  CHECK(heap.slots.lists().take_direct(3, 13, 0).count == 0);  // short
+  block_claim const direct =
+      heap.slots.lists().take_direct(3, 12, 0);  // all of them: it keeps none
   REQUIRE(direct.count == 12);
   CHECK(direct.id == 0u);
   CHECK_FALSE(direct.fresh);
@@ -505,7 +425,7 @@ TEST_CASE("a claim that would wait drops a slab that left its class from the lis
   }
   REQUIRE(heap.memory.cls[0] == 0xffu);
   CHECK(below.find(0) == 0u);
-  CHECK(heap.slots.take_direct(3, 1, 0).count == 0);
+  CHECK(heap.slots.lists().take_direct(3, 1, 0).count == 0);
   CHECK(below.find(0) == no_member);  // the look that found it stale took it off
   CHECK(heap.double_handouts == 0);
 }
@@ -595,7 +515,7 @@ struct width_heap {
   /// Frees `n` blocks of slab `id`, closed: it is listed.
   void free_some(std::uint32_t id, int n = 100) {
     for (int i = 0; i < n; ++i) {
-      slots.free_block(id, 1, out[id].back(), 0);
+      slots.lists().free_block(id, 1, out[id].back(), 0);
       out[id].pop_back();
     }
     REQUIRE((memory.avail[id] & avail_listed) != 0);
@@ -628,7 +548,7 @@ TEST_CASE("a renewal reopens a slab in place and leaves the widths as they are",
   CHECK(heap.holders_in_use());
   std::uint32_t const id = heap.use_up(0);
   for (std::uint32_t b : heap.out[id]) {  // every block of the used-up slab, still in its slot
-    heap.slots.free_block(id, 1, b, 0);
+    heap.slots.lists().free_block(id, 1, b, 0);
   }
   heap.out[id].clear();
   REQUIRE(heap.claim(0, 1) == 1);
@@ -991,7 +911,7 @@ TEST_CASE("an install out of slabs that uses up another slot's slab gives that s
   CHECK(got.id == 0u);
   CHECK_FALSE(is_slab(slot_id(heap.slots.word(3, 1))));
   for (std::uint32_t b = 0; b < 128; ++b) {
-    heap.slots.free_block(0, 3, b, 0);
+    heap.slots.lists().free_block(0, 3, b, 0);
   }
   CHECK(heap.memory.empties == 1);
 }

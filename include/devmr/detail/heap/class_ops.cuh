@@ -163,8 +163,8 @@ __device__ void warp_free(class_slots<Slabs> const& slots,
     release_fence();
   }
   if (valid && (peers & below) == 0) {
-    slots.bitmap(id, cls).give(w, mask, relaxed);
-    slots.count_freed(id, cls, __popc(mask), hint);
+    slots.lists().bitmap(id, cls).give(w, mask, relaxed);
+    slots.lists().count_freed(id, cls, __popc(mask), hint);
   }
 }
 

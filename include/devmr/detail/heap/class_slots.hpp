@@ -14,7 +14,7 @@
 //    word that its place among the slot's claims picks, so that claims spread over the bitmap.
 // When a slot's promise runs out, one claim installs the next slab: the claim that used it up
 // if it still wants blocks, else the first claim that finds it used up. The others take their
-// blocks straight from a slab on one of their class's lists if one has them (take_direct), else
+// blocks straight from a slab on one of their class's lists if one has them (class_lists), else
 // wait for the install, but only for a bounded time: then one of them takes the install over, so
 // that a descheduled installer holds nobody up for long. Whoever swaps a slab out of its slot
 // closes it: the blocks promised and never claimed go back to its count (slab_avail), after which
@@ -32,6 +32,7 @@
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>
 #include <devmr/detail/heap/block_bitmap.hpp>
+#include <devmr/detail/heap/class_lists.hpp>
 #include <devmr/detail/heap/layout.hpp>
 #include <devmr/detail/heap/out_of_line.hpp>
 #include <devmr/detail/heap/slab_avail.hpp>
@@ -111,16 +112,6 @@ inline constexpr std::uint64_t vacant_class_slot = make_class_slot(empty_id, 0, 
 // fresh (slot_serves_fresh).
 static_assert(!slot_is_fresh(vacant_class_slot) && slot_promised(vacant_class_slot) == 0);
 
-/// Blocks a claim obtained: `count` blocks of slab `id` (none when `id` is no_slab). Those of a
-/// fresh slab are blocks `first`, `first + 1`, ...; those of a reused one are bits to take from
-/// its bitmap, looking from word `first` (see class_slots::take).
-struct block_claim {
-  std::uint32_t id;
-  std::uint32_t first;
-  std::uint32_t count;
-  bool fresh;
-};
-inline constexpr block_claim no_claim{no_slab, 0, 0, false};
 /// What a claim at a slot past the base width gets when that slot has nothing to reuse (see
 /// class_slots::install): no blocks, and `id` names the slot of the base width where the caller
 /// claims again.
@@ -142,24 +133,16 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
 }
 
 /**
- * The slots of the size classes over the slabs that `Slabs` describes. `Slabs` gives:
- *  - `blocks(cls)`: blocks in a slab of class `cls`;
- *  - `avail(id)`: the slab's free count word (std::uint32_t&, see slab_avail);
- *  - `bits(id)`: its bitmap's first word (std::uint32_t*, room for the smallest class);
- *  - `list_parts()` and `listed(cls, part)`: the class's list of slabs with blocks to reuse, one
- *    slab_set for each part of the heap (an arena); slab `id` is member `member(id)` of part
- *    `part_of(id)`, and member `m` of part `p` is slab `slab_of(p, m)`; `below(cls, part)`: the
- *    same for the class's slabs closed with free blocks too few to list (see reclaim);
+ * The slots of the size classes over the slabs that `Slabs` describes. `Slabs` gives what
+ * class_lists needs (the slabs' counts, bitmaps and lists; give_empty; moves), and:
  *  - `format(id, cls)`: records that the slab now holds blocks of class `cls`;
- *  - `take_empty(hint)`: a slab of no class (no_slab when there is none) and
- *    `give_empty(id, hint)`: a slab whose blocks are all free leaves its class; optionally
+ *  - `take_empty(hint)`: a slab of no class (no_slab when there is none); optionally
  *    `take_empty_for(cls, hint)`: for an install of class `cls` on a roomy heap, an empty slab or
  *    a row of them, consecutive ids whose memory lies in a row (their count from bit 56 of the
  *    result), whose blocks the slot hands out in order as one slab's (open_row);
  *  - `roomy()`: whether more than the heap's roomy share of its slabs is empty (a hint), and
  *    `count_out(id)`: slab `id`, taken from the supply, is formatted for a class (take_roomy);
- *  - `in_flight()`: the count of slabs that installs hold, and `moves()`: the count of slabs
- *    that closes put on a list or back in the supply (std::uint64_t&, see final_search);
+ *  - `in_flight()`: the count of slabs that installs hold (std::uint64_t&, see final_search);
  *  - `bump_fresh()`: whether the heap leaves its frees unjudged by their bits (an unchecked
  *    heap): then a fresh slab hands its blocks out in order (else from its bitmap, all set, as a
  *    reused slab does), and claims take a reused slab's bitmap words whole (whole_takes).
@@ -170,19 +153,24 @@ DEVMR_HOST_DEVICE constexpr unsigned claim_hint(unsigned sm, unsigned warp) {
 template <class Slabs>
 class class_slots {
  public:
+  /// Whether `Slabs` gives rows of empty slabs to installs (take_empty_for).
+  static constexpr bool takes_rows = requires(Slabs const& s, unsigned cls, unsigned hint) {
+    s.take_empty_for(cls, hint);
+  };
+
   DEVMR_HOST_DEVICE class_slots(Slabs slabs,
                                 std::uint64_t* words,
                                 unsigned classes,
                                 unsigned slot_count,
                                 slot_shape* shape = nullptr,
                                 bool fixed_widths = false)
-      : slabs_{slabs},
+      : lists_{slabs},
         words_{words},
         classes_{classes},
         slot_count_{slot_count},
         width_{shape, slot_count, fixed_widths} {}
 
-  DEVMR_HOST_DEVICE Slabs const& slabs() const { return slabs_; }
+  DEVMR_HOST_DEVICE Slabs const& slabs() const { return lists_.slabs(); }
   DEVMR_HOST_DEVICE unsigned slot_count() const { return slot_count_; }
   DEVMR_HOST_DEVICE slot_width const& width() const { return width_; }
   /// The slot that claims of class `cls` from SM (or thread) `hint` use now.
@@ -193,15 +181,17 @@ class class_slots {
     return words_[slot * classes_ + cls];
   }
 
+  /// The lists of the classes' slabs that no slot holds, and the frees that fill them.
+  DEVMR_HOST_DEVICE class_lists<Slabs> const& lists() const { return lists_; }
   DEVMR_HOST_DEVICE slab_avail avail(std::uint32_t id, unsigned cls) const {
-    return {slabs_.avail(id), slabs_.blocks(cls), cls};
+    return lists_.avail(id, cls);
   }
   DEVMR_HOST_DEVICE block_bitmap bitmap(std::uint32_t id, unsigned cls) const {
-    return {slabs_.bits(id), bitmap_words_for(slabs_.blocks(cls))};
+    return lists_.bitmap(id, cls);
   }
   /// Claims take a reused slab's bitmap words whole (block_bitmap::take_whole): on heaps that do
   /// not judge frees by their bits, one round trip a word instead of two.
-  DEVMR_HOST_DEVICE bool whole_takes() const { return slabs_.bump_fresh(); }
+  DEVMR_HOST_DEVICE bool whole_takes() const { return slabs().bump_fresh(); }
 
   /// Claims up to `want` (> 0) blocks of class `cls` through slot `slot`. Returns fewer when
   /// the slot's slab runs out (the caller claims the rest with another call), none when the heap
@@ -241,7 +231,8 @@ class class_slots {
       // Another claim installs the next slab. A slab on the class's list serves the claim
       // without waiting, if one has the blocks; else wait for the install, but not without
       // bound: then take it over, and the others wait for this thread in turn.
-      if (block_claim const direct = out_of_line<&class_slots::take_direct>(*this, cls, want, hint);
+      if (block_claim const direct =
+              out_of_line<&class_lists<Slabs>::take_direct>(lists_, cls, want, hint);
           direct.count != 0) {
         return direct;
       }
@@ -298,16 +289,16 @@ class class_slots {
                                       std::uint64_t now,
                                       std::uint32_t want) const {
     std::uint32_t const id = slot_id(now);
-    std::uint32_t const per_slab = slabs_.blocks(cls);
+    std::uint32_t const per_slab = slabs().blocks(cls);
     std::uint32_t const row = is_row(now, cls) ? slot_promised(now) / per_slab : 1;
     std::uint32_t const renewed = row > 1 ? renew_row(id, cls, row, slot) : avail(id, cls).renew();
-    bool const roomy = slabs_.roomy();
+    bool const roomy = slabs().roomy();
     if (renewed == 0) {
       return {no_slab, roomy ? 1u : 0u, 0, false};
     }
     slab_avail::renew_settled();
     std::uint32_t const promised = renewed * per_slab;
-    bool const fresh = slabs_.bump_fresh();  // always, for a row: a checked heap takes none
+    bool const fresh = slabs().bump_fresh();  // always, for a row: a checked heap takes none
     if (fresh) {
       DEVMR_ROLLED for (std::uint32_t i = 0; i < renewed; ++i) {
         bitmap(id + i, cls).clear_wide();  // else its blocks go out from its bits, all set
@@ -325,7 +316,7 @@ class class_slots {
                                   relaxed)) {
         // The slabs of the row past the new opening leave the slot, used up.
         DEVMR_ROLLED for (std::uint32_t i = renewed; i < row; ++i) {
-          close_one(id + i, cls, 0, slot);
+          lists_.close(id + i, cls, 0, slot);
         }
         return {id, 0, mine, fresh};
       }
@@ -336,7 +327,7 @@ class class_slots {
       if (fresh) {
         bitmap(id + i, cls).give_range(0, per_slab);
       }
-      count_freed(id + i, cls, per_slab, slot);
+      lists_.count_freed(id + i, cls, per_slab, slot);
     }
     return {no_slab, roomy ? 1u : 0u, 0, false};
   }
@@ -362,7 +353,7 @@ class class_slots {
     auto const first = static_cast<std::uint32_t>(cuda::std::countr_one(mask));
     DEVMR_ROLLED for (std::uint32_t i = first + 1; i < row; ++i) {
       if ((mask >> i & 1u) != 0) {
-        count_freed(id + i, cls, slabs_.blocks(cls), slot);
+        lists_.count_freed(id + i, cls, slabs().blocks(cls), slot);
       }
     }
     return first;
@@ -373,44 +364,6 @@ class class_slots {
   /// and wants more, or it found the slot vacant or its slab used up just before it.
   DEVMR_HOST_DEVICE bool installs(std::uint64_t seen, std::uint32_t want, unsigned cls) const {
     return served(seen, want, cls).count != 0 || slot_is_vacant(seen) || slot_just_used_up(seen);
-  }
-
-  /// All `want` blocks of class `cls` from a slab that no slot holds, taken straight from its
-  /// count (slab_avail::claim_direct), without a slot: a slab on the class's list, else one on
-  /// its list of slabs closed below the listing threshold; none when the slabs that a look at
-  /// each list finds cannot serve them, or the class has more than direct_max_blocks blocks a
-  /// slab. Claims that find their slot's slab used up take this way while one of them installs
-  /// the next, so that they neither wait for that install nor queue behind it: many such claims
-  /// at once spread over the lists' slabs and over each slab's bitmap. The slabs below the
-  /// threshold serve such claims where the installs leave few listed slabs (a heap mostly in
-  /// use, whose slabs are listed and opened again as soon as they reach the threshold). A slow
-  /// path: called out of line.
-  DEVMR_HOST_DEVICE block_claim take_direct(unsigned cls, std::uint32_t want, unsigned hint) const {
-    if (slabs_.blocks(cls) > direct_max_blocks) {
-      return no_claim;
-    }
-    std::uint32_t const seed = spread_seed(hint);
-    std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
-      DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
-        slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
-        std::uint32_t const member = set.find_guessing(seed);
-        if (member >= stale_member) {
-          continue;
-        }
-        std::uint32_t const id = slabs_.slab_of(part, member);
-        direct_claim const got = avail(id, cls).claim_direct(want, below == 0);
-        if (got == direct_claim::taken) {
-          return {id, seed % bitmap_words_for(slabs_.blocks(cls)), want, false};
-        }
-        // Off the list, unless a close put it back below the threshold before the erase.
-        if (got == direct_claim::gone && below != 0 && set.erase(member) &&
-            avail(id, cls).closed_below()) {
-          set.insert(member);
-        }
-      }
-    }
-    return no_claim;
   }
 
   /// Takes the blocks of `got` (a claim of class `cls`), calling `sink(block)` with the index
@@ -431,31 +384,6 @@ class class_slots {
         });
   }
 
-  /// Frees the blocks that `mask` marks in word `w` of the bitmap of slab `id` (class `cls`),
-  /// then counts them: one OR and one addition for all of them.
-  DEVMR_HOST_DEVICE void free_bits(
-      std::uint32_t id, unsigned cls, std::uint32_t w, std::uint32_t mask, unsigned hint) const {
-    bitmap(id, cls).give(w, mask);
-    count_freed(id, cls, popcount32(mask), hint);
-  }
-
-  /// Counts `n` blocks of slab `id` (class `cls`) freed, whose bits the caller set: lists or
-  /// empties the slab when the count says so (a release: slab_avail::free).
-  DEVMR_HOST_DEVICE void count_freed(std::uint32_t id,
-                                     unsigned cls,
-                                     std::uint32_t n,
-                                     unsigned hint) const {
-    act(avail(id, cls).free(n), id, cls, hint);
-  }
-
-  /// Frees block `block` of slab `id` (class `cls`).
-  DEVMR_HOST_DEVICE void free_block(std::uint32_t id,
-                                    unsigned cls,
-                                    std::uint32_t block,
-                                    unsigned hint) const {
-    free_bits(id, cls, block / bitmap_word_bits, 1u << (block % bitmap_word_bits), hint);
-  }
-
   /// Installs a slab in slot `slot` of class `cls`, which this thread holds (its claim found the
   /// slot vacant or its slab used up, or it took the install over), with the first `want`
   /// blocks (or as many as the slab promises) claimed for this thread. Out of slabs, a claim
@@ -468,7 +396,7 @@ class class_slots {
                                                           unsigned slot,
                                                           std::uint32_t want,
                                                           unsigned hint) const {
-    return install_seeing(cls, slot, want, hint, slabs_.roomy());
+    return install_seeing(cls, slot, want, hint, slabs().roomy());
   }
 
   /// install, with `roomy` what Slabs::roomy said (the caller read it).
@@ -502,9 +430,9 @@ class class_slots {
       // every slot): one that needs an empty slab may be in use for the first time since the
       // heap was made or reset.
       out_of_line<&class_slots::use_width>(*this, cls, hint);
-      id = slabs_.take_empty(hint);
+      id = slabs().take_empty(hint);
       if (id == no_slab && out_of_line<&class_slots::release_slots>(*this, cls, hint)) {
-        id = slabs_.take_empty(hint);
+        id = slabs().take_empty(hint);
       }
       if (id == no_slab) {
         std::uint64_t const found = out_of_line<&class_slots::final_search>(*this, cls, slot, hint);
@@ -516,16 +444,16 @@ class class_slots {
       }
     }
     if (id != no_slab && promised == 0) {
-      slabs_.count_out(id);
-      slabs_.format(id, cls);
+      slabs().count_out(id);
+      slabs().format(id, cls);
       block_bitmap const bits = bitmap(id, cls);
       bits.clear();
       avail(id, cls).open_fresh();
-      promised = slabs_.blocks(cls);
+      promised = slabs().blocks(cls);
       // A fresh slab's blocks go out in order, with no bitmap word touched, unless the heap
       // checks its frees: then every block is handed out from its bit, so that a clear bit
       // always means a block in use.
-      fresh = slabs_.bump_fresh();
+      fresh = slabs().bump_fresh();
       if (!fresh) {
         bits.give_range(0, promised);
       }
@@ -536,7 +464,7 @@ class class_slots {
     std::uint32_t const mine = want < promised ? want : promised;
     // A row of slabs (open_row) promised more than a slab's blocks, fresh ones; a reused slab
     // promises fewer.
-    fresh = fresh || promised > slabs_.blocks(cls);
+    fresh = fresh || promised > slabs().blocks(cls);
     // acq_rel: release publishes the format (or the frees that open_listed acquired) to the
     // claims, which acquire; acquire orders the format of the slab that this replaces, if
     // another installer published one meanwhile, before its close.
@@ -570,13 +498,13 @@ class class_slots {
   /// Counts a slab that an install took, off a list or from the supply, as in flight until it
   /// is in its slot (final_search).
   DEVMR_HOST_DEVICE void hold_in_flight() const {
-    atomic(slabs_.in_flight()).fetch_add(1, relaxed);
+    atomic(slabs().in_flight()).fetch_add(1, relaxed);
   }
   /// Ends what hold_in_flight began. relaxed: a release would wait for the slot's exchange (a
   /// fence, a round trip on every install); the count only tells a search that found nothing
   /// whether to look again.
   DEVMR_HOST_DEVICE void let_go_in_flight() const {
-    atomic(slabs_.in_flight()).fetch_sub(1, relaxed);
+    atomic(slabs().in_flight()).fetch_sub(1, relaxed);
   }
 
   /// A slot of class `cls` past the base width found nothing to reuse (see install): the class
@@ -607,7 +535,7 @@ class class_slots {
   /// Whether slot value `old` of class `cls` names a row of slabs (open_row): fresh blocks, more
   /// than a slab's.
   DEVMR_HOST_DEVICE bool is_row(std::uint64_t old, unsigned cls) const {
-    return is_slab(slot_id(old)) && slot_is_fresh(old) && slot_promised(old) > slabs_.blocks(cls);
+    return is_slab(slot_id(old)) && slot_is_fresh(old) && slot_promised(old) > slabs().blocks(cls);
   }
 
   /// close, for a slot value that names one slab (or none).
@@ -622,25 +550,7 @@ class class_slots {
     if (unused != 0 && slot_is_fresh(old)) {
       bitmap(id, cls).give_range(claimed, promised);  // a reused slab's are still set
     }
-    close_one(id, cls, unused, hint);
-  }
-
-  /// Closes slab `id` of class `cls`, swapped out of its slot (alone or in a row) with `unused`
-  /// of its blocks promised and not claimed, whose bits are set.
-  DEVMR_HOST_DEVICE void close_one(std::uint32_t id,
-                                   unsigned cls,
-                                   std::uint32_t unused,
-                                   unsigned hint) const {
-    avail_event const event = avail(id, cls).close(unused);
-    if (event == avail_event::below) {
-      slabs_.below(cls, slabs_.part_of(id)).insert(slabs_.member(id));
-    } else {
-      act(event, id, cls, hint);
-    }
-    if (event != avail_event::none) {
-      // A slab swapped out of its slot was on no list and in no slot until here.
-      atomic(slabs_.moves()).fetch_add(1, relaxed);
-    }
+    lists_.close(id, cls, unused, hint);
   }
 
   /// Formats and opens the `row` empty slabs from `id` for class `cls`, for a slot that hands out
@@ -652,12 +562,12 @@ class class_slots {
                                            std::uint32_t row,
                                            unsigned cls) const {
     DEVMR_ROLLED for (std::uint32_t i = 0; i < row; ++i) {
-      slabs_.count_out(id + i);
-      slabs_.format(id + i, cls);
+      slabs().count_out(id + i);
+      slabs().format(id + i, cls);
       bitmap(id + i, cls).clear_wide();
       avail(id + i, cls).open_fresh();
     }
-    return row * slabs_.blocks(cls);
+    return row * slabs().blocks(cls);
   }
 
   /// Closes the row of slabs of slot value `old` (open_row), which this thread swapped out of its
@@ -668,7 +578,7 @@ class class_slots {
                                             unsigned cls,
                                             unsigned hint,
                                             std::uint64_t pass) const {
-    std::uint32_t const per_slab = slabs_.blocks(cls);
+    std::uint32_t const per_slab = slabs().blocks(cls);
     std::uint32_t const id = slot_id(old);
     std::uint32_t const claimed = slot_claimed(old);
     DEVMR_ROLLED for (std::uint32_t i = 0; i < slot_promised(old) / per_slab; ++i) {
@@ -676,7 +586,7 @@ class class_slots {
       if (taken != per_slab) {
         bitmap(id + i, cls).give_range(taken, per_slab);
       }
-      close_one(id + i, cls, per_slab - taken, hint);
+      lists_.close(id + i, cls, per_slab - taken, hint);
     }
     return pass;
   }
@@ -741,18 +651,18 @@ class class_slots {
   /// promised (which the caller formats), or no_slab. A slow path: called out of line, and
   /// calling out of line, so that it holds few registers.
   DEVMR_HOST_DEVICE std::uint64_t final_search(unsigned cls, unsigned slot, unsigned hint) const {
-    std::uint64_t moves = atomic(slabs_.moves()).load(relaxed);
+    std::uint64_t moves = atomic(slabs().moves()).load(relaxed);
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const found = out_of_line<&class_slots::reclaim>(*this, cls, slot, hint);
       if (static_cast<std::uint32_t>(found) != no_slab) {
         return found;
       }
-      if (std::uint32_t const id = slabs_.take_empty(hint); id != no_slab) {
+      if (std::uint32_t const id = slabs().take_empty(hint); id != no_slab) {
         return id;
       }
-      std::uint64_t const moved = atomic(slabs_.moves()).load(relaxed);
+      std::uint64_t const moved = atomic(slabs().moves()).load(relaxed);
       if (attempt == final_search_retries ||
-          (moved == moves && atomic(slabs_.in_flight()).load(relaxed) == 0)) {
+          (moved == moves && atomic(slabs().in_flight()).load(relaxed) == 0)) {
         return no_slab;
       }
       moves = moved;
@@ -772,8 +682,8 @@ class class_slots {
   /// claims used up (the blocks freed since it was opened count as soon as it closes: a class
   /// whose slabs are all in its slots has no other); then a slab off the class's list, or else
   /// one off its list of slabs closed below the listing threshold, is opened for the caller's
-  /// slot. Returns its id, and the blocks promised in the high half; no_slab when both lists are
-  /// empty. A slow path: called out of line.
+  /// slot (class_lists::take_any). Returns its id, and the blocks promised in the high half;
+  /// no_slab when both lists are empty. A slow path: called out of line.
   DEVMR_HOST_DEVICE std::uint64_t reclaim(unsigned cls, unsigned slot, unsigned hint) const {
     DEVMR_ROLLED for (unsigned s = 0; s < slot_count_; ++s) {
       if (s != slot) {
@@ -781,37 +691,7 @@ class class_slots {
       }
     }
     close_used_up(cls, slot, hint);
-    // One walk for both lists, word by word: taking the listed slabs with take_listed instead
-    // (its random look and its take, inline here) makes this the largest slow path, 70
-    // registers against 44, and the allocating kernels' count follows it.
-    std::uint32_t const parts = slabs_.list_parts();
-    DEVMR_ROLLED for (unsigned below = 0; below < 2; ++below) {
-      DEVMR_ROLLED for (std::uint32_t n = 0; n < parts; ++n) {
-        std::uint32_t const part = (hint + n) % parts;
-        slab_set const set = below != 0 ? slabs_.below(cls, part) : slabs_.listed(cls, part);
-        DEVMR_ROLLED for (std::uint32_t k = 0; k < set.count; ++k) {
-          std::uint32_t const w = (hint + k) % set.count;
-          std::uint32_t bits = atomic(set.words[w]).load(relaxed);
-          while (bits != 0) {
-            std::uint32_t const member = w * bitmap_word_bits + lowest_bit_index(bits);
-            bits &= bits - 1;
-            std::uint32_t const id = slabs_.slab_of(part, member);
-            slab_avail const a = avail(id, cls);
-            // A slab closed with every block in use stays on the list, for the frees to come.
-            if ((below != 0 && a.closed_full()) || !set.erase(member)) {
-              continue;
-            }
-            // A member no longer so (listed or opened since, emptied, of another class now) is
-            // dropped: a slot that closes it again adds it again.
-            std::uint32_t const promised = below != 0 ? a.open_below() : a.open_listed();
-            if (promised != 0) {
-              return id | (std::uint64_t{promised} << 32);
-            }
-          }
-        }
-      }
-    }
-    return no_slab;
+    return lists_.take_any(cls, hint);
   }
 
  private:
@@ -837,17 +717,17 @@ class class_slots {
         slot > slot_width::mask_of(widths.word, cls)) {
       return no_slab;
     }
-    std::uint32_t const parts = slabs_.list_parts();
+    std::uint32_t const parts = slabs().list_parts();
     DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
-      std::uint32_t const member = slabs_.listed(cls, part).find_guessing(spread_seed(hint));
+      std::uint32_t const member = slabs().listed(cls, part).find_guessing(spread_seed(hint));
       if (member == no_member) {
         continue;
       }
       width_.widen(cls, widths);
       if (member != stale_member) {
-        slab_avail const a = avail(slabs_.slab_of(part, member), cls);
+        slab_avail const a = avail(slabs().slab_of(part, member), cls);
         std::uint32_t const seen = a.peek();
-        if ((seen & avail_count_mask) >= rich_threshold(slabs_.blocks(cls))) {
+        if ((seen & avail_count_mask) >= rich_threshold(slabs().blocks(cls))) {
           if (std::uint64_t const taken = take_listed_in(cls, part, member, hint, seen, false);
               static_cast<std::uint32_t>(taken) != no_slab) {
             return taken;
@@ -872,8 +752,8 @@ class class_slots {
   /// opened (open_row), where Slabs gives rows (take_empty_for): as take_roomy returns them,
   /// with the blocks the row promises in the high word (more than a slab's: fresh blocks).
   DEVMR_HOST_DEVICE std::uint64_t take_fresh_for(unsigned cls, unsigned hint) const {
-    if constexpr (requires { slabs_.take_empty_for(cls, hint); }) {
-      std::uint64_t const got = slabs_.take_empty_for(cls, hint);
+    if constexpr (takes_rows) {
+      std::uint64_t const got = slabs().take_empty_for(cls, hint);
       auto const row = static_cast<std::uint32_t>(got >> 56);
       auto const id = static_cast<std::uint32_t>(got);
       if (row <= 1) {
@@ -884,7 +764,7 @@ class class_slots {
       std::uint32_t const promised = out_of_line<&class_slots::open_row>(*this, id, row, cls);
       return id | (std::uint64_t{promised} << 32);
     } else {
-      return slabs_.take_empty(hint);
+      return slabs().take_empty(hint);
     }
   }
 
@@ -902,9 +782,9 @@ class class_slots {
   DEVMR_HOST_DEVICE std::uint32_t take_listed(unsigned cls,
                                               unsigned hint,
                                               std::uint32_t& promised) const {
-    std::uint32_t const parts = slabs_.list_parts();
+    std::uint32_t const parts = slabs().list_parts();
     DEVMR_ROLLED for (std::uint32_t part = 0; part == 0 || part < parts; ++part) {
-      std::uint32_t const member = slabs_.listed(cls, part).find(spread_seed(hint));
+      std::uint32_t const member = slabs().listed(cls, part).find(spread_seed(hint));
       if (member == no_member) {
         continue;
       }
@@ -939,10 +819,11 @@ class class_slots {
       // load after the erase would have cost every time.
       slot_width::snapshot const widths = widens ? width_.look() : slot_width::no_update();
       std::uint32_t const count =
-          seen != 0 ? seen : avail(slabs_.slab_of(part, member), cls).peek();
-      if (slabs_.listed(cls, part).erase(member)) {
+          seen != 0 ? seen : avail(slabs().slab_of(part, member), cls).peek();
+      if (slabs().listed(cls, part).erase(member)) {
         width_.widen(cls, widths);
-        if (std::uint64_t const found = open_taken(cls, part, member, count); found != no_slab) {
+        if (std::uint64_t const found = lists_.open_taken(cls, part, member, count);
+            found != no_slab) {
           return found;
         }
         widens = false;
@@ -958,7 +839,7 @@ class class_slots {
                                                    std::uint32_t part,
                                                    unsigned hint,
                                                    bool widens) const {
-    slab_set const set = slabs_.listed(cls, part);
+    slab_set const set = slabs().listed(cls, part);
     std::uint32_t start = hint;
     for (;;) {
       std::uint32_t const taken = set.take(start);
@@ -969,24 +850,11 @@ class class_slots {
         width_.widen(cls);
         widens = false;
       }
-      if (std::uint64_t const found = open_taken(cls, part, taken, 0); found != no_slab) {
+      if (std::uint64_t const found = lists_.open_taken(cls, part, taken, 0); found != no_slab) {
         return found;
       }
       start = taken / (bitmap_word_bits * bitmap_word_bits);  // emptied meanwhile: look on
     }
-  }
-
-  /// Opens listed slab `member` of part `part` of class `cls`'s list, which the caller took off
-  /// the list, from its count word `seen` (0: loaded here): its id, and the blocks it promised
-  /// in the high word; no_slab when it was emptied meanwhile.
-  DEVMR_HOST_DEVICE std::uint64_t open_taken(unsigned cls,
-                                             std::uint32_t part,
-                                             std::uint32_t member,
-                                             std::uint32_t seen) const {
-    std::uint32_t const id = slabs_.slab_of(part, member);
-    slab_avail const a = avail(id, cls);
-    std::uint32_t const promised = a.open_listed(seen != 0 ? seen : a.peek());
-    return promised != 0 ? id | (std::uint64_t{promised} << 32) : no_slab;
   }
 
   /// What a claim of `want` blocks got from slot value `seen`, the value its addition replaced.
@@ -1003,28 +871,10 @@ class class_slots {
     // A reused slab's claims look from words spread over its bitmap by their place. 32 bits
     // hold the product (claimed < 2^20 blocks, bitmap words <= 2^11): no 64-bit division.
     std::uint32_t const first =
-        fresh
-            ? claimed
-            : claimed * static_cast<std::uint32_t>(bitmap_words_for(slabs_.blocks(cls))) / promised;
+        fresh ? claimed
+              : claimed * static_cast<std::uint32_t>(bitmap_words_for(slabs().blocks(cls))) /
+                    promised;
     return {id, first, count, fresh};
-  }
-
-  /// What an event of a slab's count asks of the thread that caused it (see slab_avail).
-  DEVMR_HOST_DEVICE void act(avail_event event,
-                             std::uint32_t id,
-                             unsigned cls,
-                             unsigned hint) const {
-    if (event == avail_event::listed) {
-      slabs_.listed(cls, slabs_.part_of(id)).insert(slabs_.member(id));
-    } else if (event == avail_event::emptied) {
-      slabs_.give_empty(id, hint);
-    } else if (event == avail_event::full_listed) {
-      // Off the list first: a slot that took it off before opens it, or finds it taken here.
-      slabs_.listed(cls, slabs_.part_of(id)).erase(slabs_.member(id));
-      if (avail(id, cls).take_full()) {
-        slabs_.give_empty(id, hint);
-      }
-    }
   }
 
   /// Polls slot word `w` from `seen` while it still stands for what the waiter saw, a bounded
@@ -1132,7 +982,7 @@ class class_slots {
         [](std::uint64_t v) { return !slot_is_vacant(v) && !slot_has_room(v); }, 0, hint);
   }
 
-  Slabs slabs_;
+  class_lists<Slabs> lists_;
   std::uint64_t* words_;
   unsigned classes_;
   unsigned slot_count_;

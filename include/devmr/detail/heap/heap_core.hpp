@@ -153,7 +153,7 @@ class heap_core : public slab_supply {
   /// block, a large block, freed here, or any block of a checked heap, checked and freed here).
   /// `size`: the larger of the size and alignment it was allocated with, or 0 when unknown:
   /// then its slab's tag says its class (a slab keeps its class while a block of it is out).
-  /// `order`: that of the frees made here, as for class_slots::free_bits.
+  /// `order`: that of the frees made here, as for class_lists::free_bits.
   DEVMR_HOST_DEVICE bool find_block(void const* p,
                                     std::size_t size,
                                     unsigned hint,
@@ -239,7 +239,7 @@ class heap_core : public slab_supply {
       count_misuse(h_->counters.double_frees);
       return;
     }
-    s.count_freed(id, tag, 1, hint);
+    s.lists().count_freed(id, tag, 1, hint);
   }
 
   /// Frees one block from one thread (host paths and tests; kernels free for a warp at once).
@@ -247,7 +247,7 @@ class heap_core : public slab_supply {
   DEVMR_HOST_DEVICE void free_one(void const* p, unsigned hint, std::size_t size = 0) const {
     block_ref b{};
     if (find_block(p, size, hint, b)) {
-      slots().free_block(b.id, b.cls, b.block, hint);
+      slots().lists().free_block(b.id, b.cls, b.block, hint);
     }
   }
 

@@ -236,6 +236,10 @@ DEVMR_HOST_DEVICE inline class_slots<heap_slabs> heap_slots(heap_slabs const& sl
   return {slabs, &h->slots[0].classes[0], num_classes, max_slots, &h->slot_widths, fixed_widths};
 }
 
+// A heap's installs take rows of slabs where the heap says so (heap_header::rows): a Slabs
+// whose take_empty_for the slots did not see would leave every heap without them, silently.
+static_assert(class_slots<heap_slabs>::takes_rows);
+
 /// A heap's slots, out of line (out_of_line.hpp), are rebuilt from the heap's header: the flags
 /// are read from it again, so that the allocating kernel keeps no copy of its view in memory for
 /// the call, and the arena table is read where a slab's metadata or memory is needed (a view
@@ -250,6 +254,17 @@ struct view_handle<class_slots<heap_slabs>> {
   }
   DEVMR_HOST_DEVICE static class_slots<heap_slabs> view(heap_header* h) {
     return heap_slots(heap_slabs{h, read_only(h->checked) != 0}, false);
+  }
+};
+
+/// The lists of a heap's slots, rebuilt out of line from the heap's header as its slots are.
+template <>
+struct view_handle<class_lists<heap_slabs>> {
+  DEVMR_HOST_DEVICE static heap_header* of(class_lists<heap_slabs> const& l) {
+    return l.slabs().header();
+  }
+  DEVMR_HOST_DEVICE static class_lists<heap_slabs> view(heap_header* h) {
+    return class_lists<heap_slabs>{heap_slabs{h, read_only(h->checked) != 0}};
   }
 };
 

@@ -71,7 +71,7 @@ DEVMR_HOST_DEVICE constexpr std::uint32_t direct_keep(std::uint32_t blocks) {
 }
 
 /// The classes whose claims take blocks straight from slabs that no slot holds
-/// (class_slots::take_direct): those with at most this many blocks a slab. A count can run ahead
+/// (class_lists::take_direct): those with at most this many blocks a slab. A count can run ahead
 /// of the bits it counts (a free's bit and its count are two atomics), so a claim may look
 /// through its slab's whole bitmap once before its bits arrive: 32 words here, against 2048 for
 /// the smallest blocks, whose slabs' promises are large enough that their claims wait for
@@ -179,7 +179,7 @@ struct slab_avail {
   }
 
   /// Takes `want` blocks of a slab that no slot holds, for a claim that would otherwise wait for
-  /// its slot's next slab (class_slots::take_direct): the count falls by `want` and the slab stays
+  /// its slot's next slab (class_lists::take_direct): the count falls by `want` and the slab stays
   /// where it is. `listed`: from a listed slab, which keeps more than direct_keep blocks for the
   /// slot that opens it next; else from a slab closed below the listing threshold, which keeps
   /// none (no slot opens it while frees can still list it). All or nothing: `gone` when the slab

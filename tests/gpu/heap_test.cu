@@ -563,6 +563,8 @@ void steady_churn(devmr::slab_heap<>& heap,
   CUDA_CHECK(cudaMalloc(&held_bytes, 4 * std::size_t{n} * sizeof(std::uint32_t)));
   CUDA_CHECK(cudaMalloc(&counts, 2 * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(held, 0, 4 * std::size_t{n} * sizeof(void*)));
+  // free_held reads the size of every slot, empty ones too (an empty slot frees nullptr).
+  CUDA_CHECK(cudaMemset(held_bytes, 0, 4 * std::size_t{n} * sizeof(std::uint32_t)));
   CUDA_CHECK(cudaMemset(counts, 0, 2 * sizeof(unsigned long long)));
   for (int round = 0; round < rounds; ++round) {
     steady_round<<<(n + 255) / 256, 256>>>(heap.ref(), held, held_bytes, n,

@@ -224,11 +224,6 @@ class class_lists {
 /// memory), unless `Slabs` can rebuild the lists from less: a heap's lists (heap_slabs.hpp) are
 /// rebuilt from the heap's header.
 template <class Slabs>
-struct view_handle<class_lists<Slabs>> {
-  DEVMR_HOST_DEVICE static class_lists<Slabs> const* of(class_lists<Slabs> const& l) { return &l; }
-  DEVMR_HOST_DEVICE static class_lists<Slabs> const& view(class_lists<Slabs> const* l) {
-    return *l;
-  }
-};
+struct view_handle<class_lists<Slabs>> : address_handle<class_lists<Slabs>> {};
 
 }  // namespace devmr::detail::heap

@@ -993,11 +993,6 @@ class class_slots {
 /// memory), unless `Slabs` can rebuild the slots from less: a heap's slots (heap_slabs.hpp) are
 /// rebuilt from the heap's header.
 template <class Slabs>
-struct view_handle<class_slots<Slabs>> {
-  DEVMR_HOST_DEVICE static class_slots<Slabs> const* of(class_slots<Slabs> const& s) { return &s; }
-  DEVMR_HOST_DEVICE static class_slots<Slabs> const& view(class_slots<Slabs> const* s) {
-    return *s;
-  }
-};
+struct view_handle<class_slots<Slabs>> : address_handle<class_slots<Slabs>> {};
 
 }  // namespace devmr::detail::heap

@@ -34,6 +34,14 @@ struct view_handle {
   DEVMR_HOST_DEVICE static View view(heap_header* h) { return View{h}; }
 };
 
+/// A view_handle that hands the object over by its address (the caller keeps it in memory), for
+/// views that cannot be rebuilt from less: a specialization derives from it.
+template <class View>
+struct address_handle {
+  DEVMR_HOST_DEVICE static View const* of(View const& v) { return &v; }
+  DEVMR_HOST_DEVICE static View const& view(View const* v) { return *v; }
+};
+
 /// The out-of-line side of out_of_line: member `Body` of the object that `handle` stands for.
 template <class View, auto Body, class Handle, class... Args>
 DEVMR_HOST_DEVICE DEVMR_NOINLINE auto run_out_of_line(Handle handle, Args... args)

@@ -20,11 +20,19 @@ namespace {
 using namespace devmr::detail::heap;
 using devmr_test::under_tsan;
 
+/// Clear words for a slab_set of `members` members, and the set over them.
+struct set_words {
+  explicit set_words(std::uint32_t members)
+      : words(slab_set_words(members), 0), set{words.data(), bitmap_words_for(members)} {}
+  std::vector<std::uint32_t> words;
+  slab_set set;
+};
+
 TEST_CASE("a slab set hands each member out once and finds them through its summary",
           "[reuse][set]") {
   std::uint32_t const members = 5000;
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   CHECK(set.take(0) == no_member);
   for (std::uint32_t m : {7u, 4999u, 1024u, 1025u, 3000u}) {
     set.insert(m);
@@ -56,8 +64,8 @@ TEST_CASE("a slab set hands each member out once and finds them through its summ
 
 TEST_CASE("a slab set's find leaves members in it and spreads over them", "[reuse][set]") {
   std::uint32_t const members = 100000;
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   CHECK(set.find(12345) == no_member);
   std::vector<std::uint32_t> const in{3, 40, 41, 70, 4100, 65000, 99999};
   for (std::uint32_t m : in) {
@@ -78,20 +86,20 @@ TEST_CASE("a slab set's find leaves members in it and spreads over them", "[reus
 
 TEST_CASE("a slab set's find tells an empty set from marks left on bare words", "[reuse][set]") {
   std::uint32_t const members = 100000;
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   set.insert(4100);
   set.insert(70000);
   // Bare words whose marks stay (as a member taken off by a racing search may leave them): find
   // reports them, so that the caller takes, which clears them.
-  words[4100 / bitmap_word_bits] = 0;
-  words[70000 / bitmap_word_bits] = 0;
+  mem.words[4100 / bitmap_word_bits] = 0;
+  mem.words[70000 / bitmap_word_bits] = 0;
   CHECK(set.find(12345) == stale_member);
   CHECK(set.take(0) == no_member);
   CHECK(set.find(12345) == no_member);
   // A member beside a stale mark is found, from any seed.
   set.insert(70001);
-  words[70001 / bitmap_word_bits] = 0;
+  mem.words[70001 / bitmap_word_bits] = 0;
   set.insert(99999);
   for (std::uint32_t seed = 0; seed < 64; ++seed) {
     CHECK(set.find(spread_seed(seed)) == 99999);
@@ -102,8 +110,8 @@ TEST_CASE("a slab set's find tells an empty set from marks left on bare words", 
 
 TEST_CASE("a slab set of one summary word reads no top word", "[reuse][set]") {
   std::uint32_t const members = 1024;  // 32 words: one summary word, one top word
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   REQUIRE(set.summaries() == 1u);
   set.insert(5);
   set.insert(700);
@@ -125,8 +133,8 @@ TEST_CASE("a slab set of one summary word reads no top word", "[reuse][set]") {
 TEST_CASE("a slab set's guessing find takes a member of the word it guesses, else the summary's",
           "[reuse][set]") {
   std::uint32_t const members = 1024;  // 32 words, one summary word
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   CHECK(set.find_guessing(spread_seed(1)) == no_member);
   // One member: found from every seed, through the summary where the guess is another word.
   set.insert(700);
@@ -147,11 +155,11 @@ TEST_CASE("a slab set's guessing find takes a member of the word it guesses, els
   CHECK(found.size() == 32u);
   // The summary marks words, but none holds a member (their members taken by racing searches):
   // stale, as for find, unless the guess finds a member the summary does not mark.
-  std::fill(words.begin(), words.begin() + 32, 0u);
+  std::fill(mem.words.begin(), mem.words.begin() + 32, 0u);
   CHECK(set.summary(0) == ~0u);
   CHECK(set.find_guessing(spread_seed(9)) == stale_member);
   set.summary(0) = 0;
-  words[17] = 1u << 6;  // a member whose word is not marked yet (its insert is half done)
+  mem.words[17] = 1u << 6;  // a member whose word is not marked yet (its insert is half done)
   std::uint32_t guessed = 0;
   for (std::uint32_t seed = 0; seed < 4096; ++seed) {
     std::uint32_t const m = set.find_guessing(spread_seed(seed));
@@ -162,19 +170,19 @@ TEST_CASE("a slab set's guessing find takes a member of the word it guesses, els
   CHECK(guessed < 512u);
   // A set with top words is looked at as find does.
   std::uint32_t const large = 100000;
-  std::vector<std::uint32_t> more(slab_set_words(large), 0);
-  slab_set const wide{more.data(), bitmap_words_for(large)};
+  set_words more{large};
+  slab_set const& wide = more.set;
   wide.insert(65000);
   CHECK(wide.find_guessing(spread_seed(3)) == 65000u);
-  more[65000 / bitmap_word_bits] = 0;
+  more.words[65000 / bitmap_word_bits] = 0;
   CHECK(wide.find_guessing(spread_seed(3)) == stale_member);
 }
 
 TEST_CASE("a large slab set finds members past its first top word, from any start",
           "[reuse][set]") {
   std::uint32_t const members = 200000;  // 6250 words, 196 summary words, 7 top words
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   REQUIRE(slab_set_words(members) == 6250 + 196 + 7);
   for (std::uint32_t start : {0u, 5u, 100u, 195u, 1000u}) {
     CAPTURE(start);
@@ -199,8 +207,8 @@ TEST_CASE("threads adding and taking slabs of a set lose none and take none twic
   // Four summary words, and one (whose top word no search reads).
   std::uint32_t const members = GENERATE(4096u, 1024u);
   CAPTURE(members);
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   std::vector<std::atomic<int>> held(members);
   for (std::uint32_t m = 0; m < members; m += 2) {
     set.insert(m);
@@ -244,8 +252,8 @@ TEST_CASE("threads taking and adding members of a few words leave every member i
   // search finds it. Sets of four summary words and of one.
   std::uint32_t const members = GENERATE(4096u, 1024u);
   CAPTURE(members);
-  std::vector<std::uint32_t> words(slab_set_words(members), 0);
-  slab_set const set{words.data(), bitmap_words_for(members)};
+  set_words mem{members};
+  slab_set const& set = mem.set;
   std::vector<std::uint32_t> const in{0, 1, 32, 33};
   for (std::uint32_t m : in) {
     set.insert(m);

@@ -20,10 +20,13 @@ namespace {
 using namespace devmr::detail::heap;
 using devmr_test::under_tsan;
 
-/// Clear words for a slab_set of `members` members, and the set over them.
+/// Clear words for a slab_set of `members` members, and the set over them. Not copied: a copy's
+/// set would still point at the original's words.
 struct set_words {
   explicit set_words(std::uint32_t members)
       : words(slab_set_words(members), 0), set{words.data(), bitmap_words_for(members)} {}
+  set_words(set_words const&) = delete;
+  set_words& operator=(set_words const&) = delete;
   std::vector<std::uint32_t> words;
   slab_set set;
 };

@@ -34,7 +34,9 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   CHECK(avail.free(44) == avail_event::full_listed);
   CHECK(avail.open_listed() == 48);  // three quarters promised, a quarter still counted
   CHECK(word == (avail_open | 2u << avail_class_shift | 16u));
-  CHECK_FALSE(avail.take_full());
+  // The free's take starts from the value its addition left, and finds the slot's instead.
+  CHECK_FALSE(avail.take_full(avail.filled()));
+  CHECK(word == (avail_open | 2u << avail_class_shift | 16u));
   // The slot's claims take the 48; it closes with 16 counted: listed again.
   CHECK(avail.close(0) == avail_event::listed);
   CHECK(avail.open_listed() == 12);             // 4 stay counted; 60 blocks out
@@ -43,8 +45,8 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   CHECK(avail.free(1) == avail_event::listed);  // 8: this free lists it
   CHECK(avail.free(1) == avail_event::none);    // 9, listed
   CHECK(avail.free(55) == avail_event::full_listed);
-  CHECK(avail.take_full());         // no slot came first: the free takes it
-  CHECK(avail.open_listed() == 0);  // and a slot that finds it on the list later does not
+  CHECK(avail.take_full(avail.filled()));  // no slot came first: the free takes it
+  CHECK(avail.open_listed() == 0);         // and a slot that finds it on the list later does not
   CHECK(word == (avail_open | avail_no_class));
   // Another class's slot never opens it, whatever its list says.
   avail.open_fresh();
@@ -52,7 +54,35 @@ TEST_CASE("a slab's count lists it once past the threshold and empties it once a
   slab_avail const other{word, 64, 3};
   CHECK(other.open_listed() == 0);
   CHECK(avail.free(54) == avail_event::full_listed);
-  CHECK(avail.take_full());
+  // A take of another class (a thread that filled the slab in an earlier life of it) leaves it;
+  // the take of its class takes it, once.
+  CHECK_FALSE(other.take_full(other.filled()));
+  CHECK(avail.take_full(avail.filled()));
+  CHECK_FALSE(avail.take_full(avail.filled()));
+  CHECK(word == (avail_open | avail_no_class));
+}
+
+TEST_CASE("a free that filled a listed slab takes it only while it is of its class",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail = fresh_slab(word);  // class 2, 64 blocks
+  CHECK(avail.close(0) == avail_event::below);
+  CHECK(avail.free(8) == avail_event::listed);
+  // This free fills the slab; before its take, a slot opens the slab, its claims take every
+  // block, and the slab leaves the class once they are all freed (another thread empties it).
+  CHECK(avail.free(56) == avail_event::full_listed);
+  CHECK(avail.open_listed() == 48);
+  CHECK(avail.free(48) == avail_event::none);
+  CHECK(avail.close(0) == avail_event::emptied);
+  // Formatted for a class of smaller blocks, the slab is closed with as many blocks free as the
+  // first class had in all, the rest in use: the late take must leave it.
+  slab_avail const smaller{word, 128, 1};
+  smaller.open_fresh();
+  CHECK(smaller.close(64) == avail_event::listed);
+  std::uint32_t const before = word;
+  CHECK_FALSE(avail.take_full(avail.filled()));
+  CHECK_FALSE(avail.take_full(avail.peek()));
+  CHECK(word == before);
 }
 
 TEST_CASE("a slab opened from a count read before opens on the count as it is now",
@@ -87,7 +117,8 @@ TEST_CASE("every block of a listed slab freed while a slot holds it waits for th
   // every block is free, but the slab is the slot's, which closes it.
   CHECK(avail.free(48) == avail_event::none);
   CHECK(word == (avail_open | 2u << avail_class_shift | 64u));
-  CHECK_FALSE(avail.take_full());
+  CHECK_FALSE(avail.take_full(avail.filled()));
+  CHECK_FALSE(avail.take_full(avail.peek()));
   CHECK(word == (avail_open | 2u << avail_class_shift | 64u));
   CHECK(avail.close(0) == avail_event::emptied);
   CHECK(word == (avail_open | avail_no_class));
@@ -160,7 +191,7 @@ TEST_CASE("a claim takes blocks straight from a listed slab, all or none, keepin
   CHECK(avail.free(19) == avail_event::full_listed);
   // Every block free: the free that made it so takes it.
   CHECK(avail.claim_direct(1, true) == direct_claim::refused);
-  CHECK(avail.take_full());
+  CHECK(avail.take_full(avail.peek()));
 }
 
 TEST_CASE("frees racing past the threshold list the slab exactly once", "[reuse][avail]") {

@@ -74,12 +74,15 @@ class class_lists {
   }
 
   /// Counts `n` blocks of slab `id` (class `cls`) freed, whose bits the caller set: lists or
-  /// empties the slab when the count says so (a release: slab_avail::free).
+  /// empties the slab when the count says so (a release: slab_avail::free). `Filled`: as for act,
+  /// for the frees of blocks (warp_free, a checked heap's free); the allocation's slow paths, which
+  /// count blocks freed too, keep to the code that holds fewer registers.
+  template <bool Filled = false>
   DEVMR_HOST_DEVICE void count_freed(std::uint32_t id,
                                      unsigned cls,
                                      std::uint32_t n,
                                      unsigned hint) const {
-    act(avail(id, cls).free(n), id, cls, hint);
+    act<Filled>(avail(id, cls).free(n), id, cls, hint);
   }
 
   /// Frees block `block` of slab `id` (class `cls`).
@@ -110,6 +113,9 @@ class class_lists {
   }
 
   /// What an event of a slab's count asks of the thread that caused it (see slab_avail).
+  /// `Filled`: the event is a free's, whose addition left a listed slab's count full, so that
+  /// the take of it starts from that value, beside the erase (a close's waits for the erase).
+  template <bool Filled = false>
   DEVMR_HOST_DEVICE void act(avail_event event,
                              std::uint32_t id,
                              unsigned cls,
@@ -120,8 +126,18 @@ class class_lists {
       slabs_.give_empty(id, hint);
     } else if (event == avail_event::full_listed) {
       // Off the list first: a slot that took it off before opens it, or finds it taken here.
-      slabs_.listed(cls, slabs_.part_of(id)).erase(slabs_.member(id));
-      if (avail(id, cls).take_full()) {
+      // The take's CAS goes out beside the erase, whose result it does not wait for.
+      slab_set const set = slabs_.listed(cls, slabs_.part_of(id));
+      bool taken = false;
+      if constexpr (Filled) {
+        std::uint32_t const was = set.clear_bit(slabs_.member(id));
+        taken = avail(id, cls).take_full(avail(id, cls).filled());
+        set.erased(slabs_.member(id), was);
+      } else {
+        set.erase(slabs_.member(id));
+        taken = avail(id, cls).take_full(avail(id, cls).peek());
+      }
+      if (taken) {
         slabs_.give_empty(id, hint);
       }
     }

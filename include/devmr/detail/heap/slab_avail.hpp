@@ -130,6 +130,9 @@ struct slab_avail {
     return 0;
   }
 
+  /// The word as a free's addition leaves a listed slab whose blocks are then all free.
+  DEVMR_HOST_DEVICE std::uint32_t filled() const { return avail_listed | class_bits() | blocks; }
+
   /// The word as it is now: a hint, as another thread may change it at once.
   DEVMR_HOST_DEVICE std::uint32_t peek() const { return atomic(word).load(relaxed); }
 
@@ -255,15 +258,14 @@ struct slab_avail {
     }
   }
 
-  /// Takes a listed slab whose blocks are all free, once the caller took it off its class's list
-  /// (full_listed); false when a slot opened it first. No fence before the CAS, which goes as soon
-  /// as its load returns. The load itself follows the caller's erase from the list (the erase's
-  /// result decides a branch before it): loaded ahead of the erase, the value held across it took
-  /// the free kernel to 36 registers (ptxas, sm_90).
-  DEVMR_HOST_DEVICE bool take_full() const {
+  /// Takes a listed slab whose blocks are all free, as the caller takes it off its class's list
+  /// (full_listed); false when a slot opened it first. The CAS starts from `seen`: the word as
+  /// loaded (peek), or as the addition that filled the count left it (filled), with no load of
+  /// its own, so that it travels with the caller's erase; no fence before it.
+  DEVMR_HOST_DEVICE bool take_full(std::uint32_t seen) const {
     auto w = atomic(word);
-    std::uint32_t seen = w.load(relaxed);
-    while ((seen & avail_open) == 0 && (seen & avail_count_mask) == blocks) {
+    while ((seen & (avail_open | avail_class_mask)) == class_bits() &&
+           (seen & avail_count_mask) == blocks) {
       // acquire: as settle's, for an emptied slab.
       if (w.compare_exchange_weak(seen, avail_open | avail_no_class, acquire, relaxed)) {
         return true;

@@ -125,8 +125,8 @@ class class_lists {
     } else if (event == avail_event::emptied) {
       slabs_.give_empty(id, hint);
     } else if (event == avail_event::full_listed) {
-      // Off the list first: a slot that took it off before opens it, or finds it taken here.
-      // The take's CAS goes out beside the erase, whose result it does not wait for.
+      // Off the list, and taken: a slot that took it off before opens it, or finds it taken
+      // here. A free's take goes out beside the erase, whose result it does not wait for.
       slab_set const set = slabs_.listed(cls, slabs_.part_of(id));
       bool taken = false;
       if constexpr (Filled) {

@@ -85,6 +85,41 @@ TEST_CASE("a free that filled a listed slab takes it only while it is of its cla
   CHECK(word == before);
 }
 
+TEST_CASE("a free whose count moved on acts on it only while the slab is of its class",
+          "[reuse][avail]") {
+  std::uint32_t word = 0;
+  slab_avail const avail = fresh_slab(word);  // class 2, 64 blocks
+  CHECK(avail.close(0) == avail_event::below);
+  // A free's addition fills the slab; before its CAS takes the slab, an install short of slabs
+  // opens it (every block), its claims take the blocks and free them, and the slot's close
+  // empties it.
+  std::uint32_t const now = word += 64;
+  CHECK(avail.open_below() == 64);
+  CHECK(avail.free(64) == avail_event::none);
+  CHECK(avail.close(0) == avail_event::emptied);
+  // Formatted for another class and closed there with some blocks in use, the slab must be
+  // left as it is by the late free, which would take its count for its own class's.
+  std::uint32_t blocks = 0;
+  unsigned cls = 0;
+  std::uint32_t unused = 0;
+  avail_event closed = avail_event::below;
+  SECTION("as many free as the first class has in all, below the other's threshold") {
+    blocks = 1024, cls = 0, unused = 64;  // would be emptied
+  }
+  SECTION("fewer free than that, past the first class's threshold, below the other's") {
+    blocks = 1024, cls = 0, unused = 40;  // would be listed
+  }
+  SECTION("as many free as the first class has in all, listed in the other class") {
+    blocks = 128, cls = 1, unused = 64, closed = avail_event::listed;  // would be taken off
+  }
+  slab_avail const other{word, blocks, cls};
+  other.open_fresh();
+  CHECK(other.close(unused) == closed);
+  std::uint32_t const before = word;
+  CHECK(avail.settle(now) == avail_event::none);
+  CHECK(word == before);
+}
+
 TEST_CASE("a slab opened from a count read before opens on the count as it is now",
           "[reuse][avail]") {
   std::uint32_t word = 0;

@@ -229,7 +229,12 @@ struct slab_avail {
     return event == avail_event::none ? avail_event::below : event;
   }
 
-  /// The event of an addition that left `now` (the value after it).
+  /// The event of an addition that left `now` (the value after it). Where a CAS here fails,
+  /// the word it returns may be of a later life of the slab in another class (the caller was
+  /// held up while the slab was opened, emptied, formatted and closed again): its count then
+  /// says nothing against this class's blocks and threshold, and the slab is left to the
+  /// threads of its class. A later life in this class is acted on as any other value of the
+  /// word: what the word says decides the event, not which thread reads it.
   DEVMR_HOST_DEVICE avail_event settle(std::uint32_t now) const {
     auto w = atomic(word);
     for (;;) {
@@ -247,13 +252,18 @@ struct slab_avail {
         if (w.compare_exchange_weak(now, avail_open | avail_no_class, acquire, relaxed)) {
           return avail_event::emptied;
         }
-        continue;
+      } else {
+        if (count < reuse_threshold(blocks) || (now & avail_listed) != 0) {
+          return avail_event::none;
+        }
+        if (w.compare_exchange_weak(now, now | avail_listed, relaxed, relaxed)) {
+          return avail_event::listed;
+        }
       }
-      if (count < reuse_threshold(blocks) || (now & avail_listed) != 0) {
+      // The CAS failed on the word as it is now. The first value, left by the caller's own
+      // addition, is of the class; this one may not be.
+      if (((now & avail_class_mask) >> avail_class_shift) != cls) {
         return avail_event::none;
-      }
-      if (w.compare_exchange_weak(now, now | avail_listed, relaxed, relaxed)) {
-        return avail_event::listed;
       }
     }
   }

@@ -150,4 +150,37 @@ TEST_CASE("an install takes a listed slab off the list and opens it on its count
   CHECK(f.lists.take_any(cls, 0) == no_slab);
 }
 
+TEST_CASE(
+    "a free held up before it takes a full listed slab off the list leaves it listed there "
+    "if it was listed again meanwhile",
+    "[reuse][lists]") {
+  lists_fixture f;
+  slab_set const list = f.lists.slabs().listed(cls, 0);
+  std::uint32_t const id = f.closed_slab(f.blocks - 20);  // 20 free: listed
+  REQUIRE(f.listed(id));
+  // A free of the other blocks fills the count (full_listed) and is held up before it acts.
+  f.lists.bitmap(id, cls).give_range(20, f.blocks);
+  avail_event const event = f.lists.avail(id, cls).free(f.blocks - 20);
+  REQUIRE(event == avail_event::full_listed);
+  // Meanwhile an install takes the slab off the list and opens it; its slot's claims take the
+  // blocks it promised (their bits do not matter here), and its close lists the slab again with
+  // the blocks it kept.
+  REQUIRE(list.erase(id));
+  std::uint64_t const opened = f.lists.open_taken(cls, 0, id, 0);
+  REQUIRE(static_cast<std::uint32_t>(opened) == id);
+  std::uint32_t const promised = static_cast<std::uint32_t>(opened >> 32);
+  f.lists.close(id, cls, 0, 0);
+  std::uint32_t const kept = f.blocks - promised;
+  REQUIRE(f.lists.avail(id, cls).peek() == (avail_listed | cls << avail_class_shift | kept));
+  REQUIRE(f.listed(id));
+  // The free acts now: the slab is not full any more, and stays where its count says it is.
+  f.lists.act(event, id, cls, 0);
+  CHECK_FALSE(f.emptied(id));
+  CHECK(f.listed(id));
+  // So that an install finds its free blocks.
+  std::uint64_t const again = f.lists.take_any(cls, 0);
+  CHECK(static_cast<std::uint32_t>(again) == id);
+  CHECK((again >> 32) == reuse_promise(kept));
+}
+
 }  // namespace

@@ -8,11 +8,11 @@
 //  - below: a slot closed it with fewer free blocks than that (none, perhaps); frees that come
 //    later add to them, and lift it onto the list above once they reach the threshold.
 // A slab whose every block is free leaves its class for the heap's supply of empty slabs
-// (Slabs::give_empty), off its list first. Claims that would wait for their slot's install take
-// blocks straight from a slab of either list (take_direct), and an install out of slabs takes
-// any slab of either list that has a free block (take_any). Each change of a slab's place is one
-// atomic on its count, so that exactly one thread acts on it (slab_avail); list membership is a
-// hint that the count confirms.
+// (Slabs::give_empty), taken off its list once its count is taken. Claims that would wait for their
+// slot's install take blocks straight from a slab of either list (take_direct), and an install out
+// of slabs takes any slab of either list that has a free block (take_any). Each change of a slab's
+// place is one atomic on its count, so that exactly one thread acts on it (slab_avail); list
+// membership is a hint that the count confirms.
 
 #include <devmr/detail/config.hpp>
 #include <devmr/detail/heap/atomics.hpp>
@@ -74,15 +74,12 @@ class class_lists {
   }
 
   /// Counts `n` blocks of slab `id` (class `cls`) freed, whose bits the caller set: lists or
-  /// empties the slab when the count says so (a release: slab_avail::free). `Filled`: as for act,
-  /// for the frees of blocks (warp_free, a checked heap's free); the allocation's slow paths, which
-  /// count blocks freed too, keep to the code that holds fewer registers.
-  template <bool Filled = false>
+  /// empties the slab when the count says so (a release: slab_avail::free).
   DEVMR_HOST_DEVICE void count_freed(std::uint32_t id,
                                      unsigned cls,
                                      std::uint32_t n,
                                      unsigned hint) const {
-    act<Filled>(avail(id, cls).free(n), id, cls, hint);
+    act(avail(id, cls).free(n), id, cls, hint);
   }
 
   /// Frees block `block` of slab `id` (class `cls`).
@@ -113,33 +110,28 @@ class class_lists {
   }
 
   /// What an event of a slab's count asks of the thread that caused it (see slab_avail).
-  /// `Filled`: the event is a free's, whose addition left a listed slab's count full, so that
-  /// the take of it starts from that value, beside the erase (a close's waits for the erase).
-  template <bool Filled = false>
   DEVMR_HOST_DEVICE void act(avail_event event,
                              std::uint32_t id,
                              unsigned cls,
                              unsigned hint) const {
     if (event == avail_event::listed) {
       slabs_.listed(cls, slabs_.part_of(id)).insert(slabs_.member(id));
-    } else if (event == avail_event::emptied) {
+    } else if (event == avail_event::emptied || event == avail_event::full_listed) {
+      if (event == avail_event::full_listed) {
+        // Taken, from the count that the addition left (slab_avail::filled: no load), then off
+        // the list. A slot that took it off the list first opens it, or finds it taken here;
+        // where the take fails, the slab is someone else's (opened, or listed again since,
+        // perhaps in another life), and so is its place on the list: an erase held up until
+        // then would take off the member of a later listing, and leave that slab's free blocks
+        // where no install looks. Taken, the slab is this thread's until the supply has it, and
+        // the release that gives it there orders the erase before whoever takes it next.
+        slab_avail const a = avail(id, cls);
+        if (!a.take_full(a.filled())) {
+          return;
+        }
+        slabs_.listed(cls, slabs_.part_of(id)).erase(slabs_.member(id));
+      }
       slabs_.give_empty(id, hint);
-    } else if (event == avail_event::full_listed) {
-      // Off the list, and taken: a slot that took it off before opens it, or finds it taken
-      // here. A free's take goes out beside the erase, whose result it does not wait for.
-      slab_set const set = slabs_.listed(cls, slabs_.part_of(id));
-      bool taken = false;
-      if constexpr (Filled) {
-        std::uint32_t const was = set.clear_bit(slabs_.member(id));
-        taken = avail(id, cls).take_full(avail(id, cls).filled());
-        set.erased(slabs_.member(id), was);
-      } else {
-        set.erase(slabs_.member(id));
-        taken = avail(id, cls).take_full(avail(id, cls).peek());
-      }
-      if (taken) {
-        slabs_.give_empty(id, hint);
-      }
     }
   }
 

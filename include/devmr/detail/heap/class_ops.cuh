@@ -164,7 +164,7 @@ __device__ void warp_free(class_slots<Slabs> const& slots,
   }
   if (valid && (peers & below) == 0) {
     slots.lists().bitmap(id, cls).give(w, mask, relaxed);
-    slots.lists().template count_freed<true>(id, cls, __popc(mask), hint);
+    slots.lists().count_freed(id, cls, __popc(mask), hint);
   }
 }
 

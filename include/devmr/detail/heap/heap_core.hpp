@@ -239,7 +239,7 @@ class heap_core : public slab_supply {
       count_misuse(h_->counters.double_frees);
       return;
     }
-    s.lists().template count_freed<true>(id, tag, 1, hint);
+    s.lists().count_freed(id, tag, 1, hint);
   }
 
   /// Frees one block from one thread (host paths and tests; kernels free for a warp at once).

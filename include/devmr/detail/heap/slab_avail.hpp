@@ -83,8 +83,8 @@ enum class avail_event {
   none,         ///< nothing to do
   listed,       ///< this thread listed the slab: it adds the slab to its class's list
   emptied,      ///< this thread took the slab, every block free: it hands it on (a format follows)
-  full_listed,  ///< every block of a listed slab is free: this thread takes it off its class's
-                ///< list, then tries to take it (take_full), to hand it on
+  full_listed,  ///< every block of a listed slab is free: this thread tries to take it
+                ///< (take_full), and once it has, takes it off its class's list and hands it on
   below,        ///< this thread closed the slab with free blocks too few to list it (none,
                 ///< perhaps): it adds the slab to its class's list of such slabs (close only)
 };
@@ -268,10 +268,10 @@ struct slab_avail {
     }
   }
 
-  /// Takes a listed slab whose blocks are all free, as the caller takes it off its class's list
-  /// (full_listed); false when a slot opened it first. The CAS starts from `seen`: the word as
-  /// loaded (peek), or as the addition that filled the count left it (filled), with no load of
-  /// its own, so that it travels with the caller's erase; no fence before it.
+  /// Takes a listed slab whose blocks are all free (full_listed); false when it is no longer so
+  /// in this class (a slot opened it first, or it moved on to a later life). The CAS starts from
+  /// `seen`, the word as the addition that filled the count left it (filled): no load of its
+  /// own, and no fence before it.
   DEVMR_HOST_DEVICE bool take_full(std::uint32_t seen) const {
     auto w = atomic(word);
     while ((seen & (avail_open | avail_class_mask)) == class_bits() &&

@@ -13,7 +13,8 @@
 //    and the free that brings it to every block of the slab empties it: the slab leaves its
 //    class, for any class or a large run;
 //  - listed: on its class's list; frees still add; a slot that takes it off the list opens it
-//    again, and the free that frees its last block takes it off the list and empties it.
+//    again, and the free that frees its last block takes it, then takes it off the list, and
+//    empties it.
 // Every change of place is one atomic on this word, so that exactly one thread acts on each:
 // the one whose operation set the flag, or whose exchange took the count.
 

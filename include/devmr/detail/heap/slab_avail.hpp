@@ -262,7 +262,8 @@ struct slab_avail {
         }
       }
       // The CAS failed on the word as it is now. The first value, left by the caller's own
-      // addition, is of the class; this one may not be.
+      // addition, is of the class; this one may not be. (Compared as a class number: against
+      // class_bits() the allocation's slowest path, reclaim, held two more registers.)
       if (((now & avail_class_mask) >> avail_class_shift) != cls) {
         return avail_event::none;
       }

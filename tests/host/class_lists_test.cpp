@@ -183,4 +183,26 @@ TEST_CASE(
   CHECK((again >> 32) == reuse_promise(kept));
 }
 
+TEST_CASE(
+    "a free held up before it takes a full listed slab leaves nothing on the list where a slot "
+    "opened the slab meanwhile",
+    "[reuse][lists]") {
+  lists_fixture f;
+  std::uint32_t const id = f.closed_slab(f.blocks - 20);  // 20 free: listed
+  REQUIRE(f.listed(id));
+  f.lists.bitmap(id, cls).give_range(20, f.blocks);
+  avail_event const event = f.lists.avail(id, cls).free(f.blocks - 20);
+  REQUIRE(event == avail_event::full_listed);
+  // An install takes the slab off the list and opens it before the free acts.
+  REQUIRE(f.lists.slabs().listed(cls, 0).erase(id));
+  std::uint64_t const opened = f.lists.open_taken(cls, 0, id, 0);
+  REQUIRE(static_cast<std::uint32_t>(opened) == id);
+  // The free's erase finds no member and its take fails: the slab stays with its slot, off the
+  // list (a member put back would be stale).
+  f.lists.act(event, id, cls, 0);
+  CHECK_FALSE(f.emptied(id));
+  CHECK_FALSE(f.listed(id));
+  CHECK((f.lists.avail(id, cls).peek() & avail_open) != 0);
+}
+
 }  // namespace

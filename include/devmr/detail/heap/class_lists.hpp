@@ -8,7 +8,7 @@
 //  - below: a slot closed it with fewer free blocks than that (none, perhaps); frees that come
 //    later add to them, and lift it onto the list above once they reach the threshold.
 // A slab whose every block is free leaves its class for the heap's supply of empty slabs
-// (Slabs::give_empty), taken off its list once its count is taken. Claims that would wait for their
+// (Slabs::give_empty), taken off its list as its count is taken. Claims that would wait for their
 // slot's install take blocks straight from a slab of either list (take_direct), and an install out
 // of slabs takes any slab of either list that has a free block (take_any). Each change of a slab's
 // place is one atomic on its count, so that exactly one thread acts on it (slab_avail); list
@@ -100,7 +100,10 @@ class class_lists {
     avail_event const event = avail(id, cls).close(unused);
     if (event == avail_event::below) {
       slabs_.below(cls, slabs_.part_of(id)).insert(slabs_.member(id));
-    } else {
+    } else if (event != avail_event::full_listed) {
+      // A close's addition never fills a listed slab (the slab was open, so not listed): where
+      // its CAS failed on a listed slab whose blocks are all free, the free whose addition filled
+      // it acts on it. Left to that free, the close's slow paths keep fewer registers.
       act(event, id, cls, hint);
     }
     if (event != avail_event::none) {
@@ -114,23 +117,32 @@ class class_lists {
                              std::uint32_t id,
                              unsigned cls,
                              unsigned hint) const {
+    if (event == avail_event::full_listed) {
+      // Off the list and taken, from the count that the addition left (slab_avail::filled: no
+      // load): the erase goes out first and the take beside it, so that installs stop finding the
+      // slab as soon as it is taken (one that finds a member it cannot open searches the list again
+      // in order; left there for the take's round trip, the slab cost the steady rows at 80% live
+      // of 4 GiB a third more time). A slot that took it off the list first opens it, or finds it
+      // taken here. Where the take fails, the slab is someone else's: opened, or listed again
+      // since, perhaps in a later life, and then the erase may have taken off that listing's
+      // member, which would leave the slab's free blocks where no install looks. So a member that
+      // the erase found goes back, as a listing puts it. Put back for a slab that is not listed by
+      // then, it is stale, and the search that finds it drops it.
+      slab_set const set = slabs_.listed(cls, slabs_.part_of(id));
+      std::uint32_t const was = set.clear_bit(slabs_.member(id));
+      slab_avail const a = avail(id, cls);
+      if (!a.take_full(a.filled())) {
+        if ((was & (1u << (slabs_.member(id) % bitmap_word_bits))) == 0) {
+          return;
+        }
+        event = avail_event::listed;
+      } else {
+        set.erased(slabs_.member(id), was);
+      }
+    }
     if (event == avail_event::listed) {
       slabs_.listed(cls, slabs_.part_of(id)).insert(slabs_.member(id));
     } else if (event == avail_event::emptied || event == avail_event::full_listed) {
-      if (event == avail_event::full_listed) {
-        // Taken, from the count that the addition left (slab_avail::filled: no load), then off
-        // the list. A slot that took it off the list first opens it, or finds it taken here;
-        // where the take fails, the slab is someone else's (opened, or listed again since,
-        // perhaps in another life), and so is its place on the list: an erase held up until
-        // then would take off the member of a later listing, and leave that slab's free blocks
-        // where no install looks. Taken, the slab is this thread's until the supply has it, and
-        // the release that gives it there orders the erase before whoever takes it next.
-        slab_avail const a = avail(id, cls);
-        if (!a.take_full(a.filled())) {
-          return;
-        }
-        slabs_.listed(cls, slabs_.part_of(id)).erase(slabs_.member(id));
-      }
       slabs_.give_empty(id, hint);
     }
   }

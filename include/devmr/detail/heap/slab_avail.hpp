@@ -13,8 +13,8 @@
 //    and the free that brings it to every block of the slab empties it: the slab leaves its
 //    class, for any class or a large run;
 //  - listed: on its class's list; frees still add; a slot that takes it off the list opens it
-//    again, and the free that frees its last block takes it, then takes it off the list, and
-//    empties it.
+//    again, and the free that frees its last block takes it off the list, takes it, and empties
+//    it.
 // Every change of place is one atomic on this word, so that exactly one thread acts on each:
 // the one whose operation set the flag, or whose exchange took the count.
 
@@ -84,8 +84,8 @@ enum class avail_event {
   none,         ///< nothing to do
   listed,       ///< this thread listed the slab: it adds the slab to its class's list
   emptied,      ///< this thread took the slab, every block free: it hands it on (a format follows)
-  full_listed,  ///< every block of a listed slab is free: this thread tries to take it
-                ///< (take_full), and once it has, takes it off its class's list and hands it on
+  full_listed,  ///< every block of a listed slab is free: this thread takes it off its class's
+                ///< list and tries to take it (take_full), to hand it on (see class_lists::act)
   below,        ///< this thread closed the slab with free blocks too few to list it (none,
                 ///< perhaps): it adds the slab to its class's list of such slabs (close only)
 };

@@ -55,11 +55,20 @@ struct slab_set {
   /// Takes slab `index` off; true when it was in the set. The last member of a word takes the
   /// word's summary bit too (see bare), so that searches do not wade through words emptied so.
   DEVMR_HOST_DEVICE bool erase(std::uint32_t index) const {
-    std::uint32_t const w = index / bitmap_word_bits;
+    return erased(index, clear_bit(index));
+  }
+
+  /// erase in two steps, so that the caller's next atomic travels with the first: clear_bit
+  /// clears slab `index`'s bit and returns the word as it was, whose value erased then waits for
+  /// (class_lists::act, whose take goes out beside the erase).
+  DEVMR_HOST_DEVICE std::uint32_t clear_bit(std::uint32_t index) const {
+    return atomic(words[index / bitmap_word_bits])
+        .fetch_and(~(1u << (index % bitmap_word_bits)), relaxed);
+  }
+  DEVMR_HOST_DEVICE bool erased(std::uint32_t index, std::uint32_t was) const {
     std::uint32_t const bit = 1u << (index % bitmap_word_bits);
-    std::uint32_t const was = atomic(words[w]).fetch_and(~bit, relaxed);
     if (was == bit) {
-      bare(w);
+      bare(index / bitmap_word_bits);
     }
     return (was & bit) != 0;
   }

@@ -132,7 +132,7 @@ class class_lists {
       std::uint32_t const was = set.clear_bit(slabs_.member(id));
       slab_avail const a = avail(id, cls);
       if (!a.take_full(a.filled())) {
-        if ((was & (1u << (slabs_.member(id) % bitmap_word_bits))) == 0) {
+        if (!slab_set::held(slabs_.member(id), was)) {
           return;
         }
         event = avail_event::listed;

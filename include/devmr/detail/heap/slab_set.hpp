@@ -66,11 +66,14 @@ struct slab_set {
         .fetch_and(~(1u << (index % bitmap_word_bits)), relaxed);
   }
   DEVMR_HOST_DEVICE bool erased(std::uint32_t index, std::uint32_t was) const {
-    std::uint32_t const bit = 1u << (index % bitmap_word_bits);
-    if (was == bit) {
+    if (was == 1u << (index % bitmap_word_bits)) {
       bare(index / bitmap_word_bits);
     }
-    return (was & bit) != 0;
+    return held(index, was);
+  }
+  /// Whether word `was`, as clear_bit returned it, held slab `index`.
+  DEVMR_HOST_DEVICE static bool held(std::uint32_t index, std::uint32_t was) {
+    return (was & 1u << (index % bitmap_word_bits)) != 0;
   }
 
   /// The summary words that top word `t` marks. A set of one summary word reads none: that word's

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -203,6 +204,56 @@ TEST_CASE(
   CHECK_FALSE(f.emptied(id));
   CHECK_FALSE(f.listed(id));
   CHECK((f.lists.avail(id, cls).peek() & avail_open) != 0);
+}
+
+TEST_CASE("searches out of slabs from many threads lose no slab closed below the threshold",
+          "[reuse][lists]") {
+  // Each slab has one free block, which goes round: a search takes the slab off the list below
+  // the threshold and opens it (its one block promised), its slot's claim takes the block and the
+  // slot closes the slab with none free (back on the list below, for the frees to come), then the
+  // block is freed. A search that finds a member which another thread took, used up and put back
+  // meanwhile must not drop it: a slab closed below the threshold and off the list is lost to
+  // every search until frees list it.
+  lists_fixture f;
+  std::uint32_t const slabs = 4;
+  for (std::uint32_t s = 0; s < slabs; ++s) {
+    std::uint32_t const id = f.closed_slab(f.blocks - 1);
+    REQUIRE(f.below(id));
+  }
+  unsigned const threads = 8;
+  int const takes = under_tsan ? 2'000 : 100'000;
+  std::atomic<std::uint32_t> held{0};
+  std::atomic<std::uint32_t> wrong{0};  // takes promised other than the one block
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int n = 0; n < takes; ++n) {
+        std::uint64_t const got = f.lists.take_any(cls, t + n);
+        if (got == no_slab) {
+          continue;
+        }
+        auto const id = static_cast<std::uint32_t>(got);
+        held.fetch_add(1, std::memory_order_relaxed);
+        if ((got >> 32) != 1) {
+          wrong.fetch_add(1, std::memory_order_relaxed);
+        }
+        f.lists.close(id, cls, 0, t);  // its one block claimed
+        f.lists.count_freed(id, cls, 1, t);
+      }
+    });
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+  CHECK(held.load() > 0);
+  CHECK(wrong.load() == 0);
+  // Every slab waits below the threshold with its one free block, on the list there.
+  std::uint32_t found = 0;
+  for (std::uint32_t s = 0; s < slabs; ++s) {
+    std::uint64_t const got = f.lists.take_any(cls, 0);
+    found += got != no_slab ? 1 : 0;
+  }
+  CHECK(found == slabs);
 }
 
 }  // namespace

@@ -229,6 +229,12 @@ class class_lists {
             if (promised != 0) {
               return id | (std::uint64_t{promised} << 32);
             }
+            // But a slab below the threshold that a slot opened and closed again between the look
+            // at its count and the erase (with every block in use: nothing to open) was added
+            // again before the erase took its member off: it goes back, for the frees to come.
+            if (below != 0 && a.closed_below()) {
+              set.insert(member);
+            }
           }
         }
       }

@@ -7,6 +7,7 @@
 #include <devmr/detail/config.hpp>
 
 #include <cuda/atomic>
+#include <cuda/std/type_traits>
 
 #include <cstdint>
 #if !DEVMR_IS_DEVICE_CODE
@@ -16,15 +17,122 @@
 
 namespace devmr::detail::heap {
 
-template <class T>
-DEVMR_HOST_DEVICE auto atomic(T& word) {
-  return cuda::atomic_ref<T, cuda::thread_scope_device>{word};
-}
-
 inline constexpr auto relaxed = cuda::std::memory_order_relaxed;
 inline constexpr auto acquire = cuda::std::memory_order_acquire;
 inline constexpr auto release = cuda::std::memory_order_release;
 inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
+
+/// cuda::atomic_ref at device scope, whose 64-bit additions, ORs and ANDs name the global space on
+/// the device. A generic address may point into shared memory, where the GPU has no 64-bit
+/// addition or bitwise atomic: for each such operation on a generic address ptxas adds a test of
+/// the address and a loop of CASes for shared memory. The heap's words are all in global memory,
+/// so that code never runs, but it lies among the hot paths (181 such loops in a kernel that
+/// allocates and frees in four places) and the instruction cache holds it too.
+template <class T>
+class atomic_word : public cuda::atomic_ref<T, cuda::thread_scope_device> {
+  using base = cuda::atomic_ref<T, cuda::thread_scope_device>;
+#if DEVMR_IS_DEVICE_CODE
+  static constexpr bool global_rmw = sizeof(T) == 8 && cuda::std::is_integral_v<T>;
+#else
+  static constexpr bool global_rmw = false;
+#endif
+
+ public:
+  DEVMR_HOST_DEVICE explicit atomic_word(T& word) : base{word}, word_{&word} {}
+
+  DEVMR_HOST_DEVICE T fetch_add(T v, cuda::std::memory_order order) const {
+    if constexpr (global_rmw) {
+      return rmw<op::add>(v, order);
+    } else {
+      return base::fetch_add(v, order);
+    }
+  }
+  DEVMR_HOST_DEVICE T fetch_sub(T v, cuda::std::memory_order order) const {
+    if constexpr (global_rmw) {
+      return rmw<op::add>(static_cast<T>(T{0} - v), order);
+    } else {
+      return base::fetch_sub(v, order);
+    }
+  }
+  DEVMR_HOST_DEVICE T fetch_or(T v, cuda::std::memory_order order) const {
+    if constexpr (global_rmw) {
+      return rmw<op::bit_or>(v, order);
+    } else {
+      return base::fetch_or(v, order);
+    }
+  }
+  DEVMR_HOST_DEVICE T fetch_and(T v, cuda::std::memory_order order) const {
+    if constexpr (global_rmw) {
+      return rmw<op::bit_and>(v, order);
+    } else {
+      return base::fetch_and(v, order);
+    }
+  }
+
+ private:
+  enum class op { add, bit_or, bit_and };
+
+#if DEVMR_IS_DEVICE_CODE
+  /// One atom.<order>.gpu.global.<op>.u64 (sequentially consistent operations, which the heap
+  /// does not make, go the generic way).
+  template <op Op>
+  __device__ T rmw(T v, cuda::std::memory_order order) const {
+    auto const at = static_cast<unsigned long long>(__cvta_generic_to_global(word_));
+    auto const x = static_cast<unsigned long long>(v);
+    unsigned long long r = 0;
+#define DEVMR_ATOM_GLOBAL(sem, name)                            \
+  asm volatile("atom." sem ".gpu.global." name " %0, [%1], %2;" \
+               : "=l"(r)                                        \
+               : "l"(at), "l"(x)                                \
+               : "memory")
+#define DEVMR_ATOM_GLOBAL_ORDERS(name)    \
+  switch (order) {                        \
+    case cuda::std::memory_order_relaxed: \
+      DEVMR_ATOM_GLOBAL("relaxed", name); \
+      break;                              \
+    case cuda::std::memory_order_consume: \
+    case cuda::std::memory_order_acquire: \
+      DEVMR_ATOM_GLOBAL("acquire", name); \
+      break;                              \
+    case cuda::std::memory_order_release: \
+      DEVMR_ATOM_GLOBAL("release", name); \
+      break;                              \
+    case cuda::std::memory_order_acq_rel: \
+      DEVMR_ATOM_GLOBAL("acq_rel", name); \
+      break;                              \
+    default:                              \
+      return generic<Op>(v, order);       \
+  }
+    if constexpr (Op == op::add) {
+      DEVMR_ATOM_GLOBAL_ORDERS("add.u64")
+    } else if constexpr (Op == op::bit_or) {
+      DEVMR_ATOM_GLOBAL_ORDERS("or.b64")
+    } else {
+      DEVMR_ATOM_GLOBAL_ORDERS("and.b64")
+    }
+#undef DEVMR_ATOM_GLOBAL_ORDERS
+#undef DEVMR_ATOM_GLOBAL
+    return static_cast<T>(r);
+  }
+  template <op Op>
+  __device__ T generic(T v, cuda::std::memory_order order) const {
+    if constexpr (Op == op::add) {
+      return base::fetch_add(v, order);
+    } else if constexpr (Op == op::bit_or) {
+      return base::fetch_or(v, order);
+    } else {
+      return base::fetch_and(v, order);
+    }
+  }
+#endif
+
+  T* word_;
+};
+
+template <class T>
+DEVMR_HOST_DEVICE auto atomic(T& word) {
+  return atomic_word<T>{word};
+}
 
 /// Lets another thread run while this one waits for it: a short sleep on the device, a yield on
 /// the host.

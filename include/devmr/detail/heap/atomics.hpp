@@ -26,8 +26,8 @@ inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
 /// the device. A generic address may point into shared memory, where the GPU has no 64-bit
 /// addition or bitwise atomic: for each such operation on a generic address ptxas adds a test of
 /// the address and a loop of CASes for shared memory. The heap's words are all in global memory,
-/// so that code never runs, but it lies among the hot paths (181 such loops in a kernel that
-/// allocates and frees in four places) and the instruction cache holds it too.
+/// so that code never runs, but it lies among the hot paths, and the instruction cache holds it
+/// too (181 such loops, an eighth of the instructions of bench/steady_bench's round kernel).
 template <class T>
 class atomic_word : public cuda::atomic_ref<T, cuda::thread_scope_device> {
   using base = cuda::atomic_ref<T, cuda::thread_scope_device>;

@@ -31,52 +31,50 @@ inline constexpr auto acq_rel = cuda::std::memory_order_acq_rel;
 template <class T>
 class atomic_word : public cuda::atomic_ref<T, cuda::thread_scope_device> {
   using base = cuda::atomic_ref<T, cuda::thread_scope_device>;
-#if DEVMR_IS_DEVICE_CODE
-  static constexpr bool global_rmw = sizeof(T) == 8 && cuda::std::is_integral_v<T>;
-#else
-  static constexpr bool global_rmw = false;
-#endif
+  enum class op { add, bit_or, bit_and };
 
  public:
   DEVMR_HOST_DEVICE explicit atomic_word(T& word) : base{word}, word_{&word} {}
 
   DEVMR_HOST_DEVICE T fetch_add(T v, cuda::std::memory_order order) const {
-    if constexpr (global_rmw) {
-      return rmw<op::add>(v, order);
-    } else {
-      return base::fetch_add(v, order);
-    }
+    return apply<op::add>(v, order);
   }
   DEVMR_HOST_DEVICE T fetch_sub(T v, cuda::std::memory_order order) const {
-    if constexpr (global_rmw) {
-      return rmw<op::add>(static_cast<T>(T{0} - v), order);
-    } else {
-      return base::fetch_sub(v, order);
-    }
+    return apply<op::add>(static_cast<T>(T{0} - v), order);
   }
   DEVMR_HOST_DEVICE T fetch_or(T v, cuda::std::memory_order order) const {
-    if constexpr (global_rmw) {
-      return rmw<op::bit_or>(v, order);
-    } else {
-      return base::fetch_or(v, order);
-    }
+    return apply<op::bit_or>(v, order);
   }
   DEVMR_HOST_DEVICE T fetch_and(T v, cuda::std::memory_order order) const {
-    if constexpr (global_rmw) {
-      return rmw<op::bit_and>(v, order);
+    return apply<op::bit_and>(v, order);
+  }
+
+ private:
+  /// `Op` on the word: one atom on the global space on the device where T is a 64-bit integer
+  /// (sequentially consistent operations, which the heap does not make, go the generic way),
+  /// else cuda::atomic_ref's.
+  template <op Op>
+  DEVMR_HOST_DEVICE T apply(T v, cuda::std::memory_order order) const {
+#if DEVMR_IS_DEVICE_CODE
+    if constexpr (sizeof(T) == 8 && cuda::std::is_integral_v<T>) {
+      if (order != cuda::std::memory_order_seq_cst) {
+        return global<Op>(v, order);
+      }
+    }
+#endif
+    if constexpr (Op == op::add) {
+      return base::fetch_add(v, order);
+    } else if constexpr (Op == op::bit_or) {
+      return base::fetch_or(v, order);
     } else {
       return base::fetch_and(v, order);
     }
   }
 
- private:
-  enum class op { add, bit_or, bit_and };
-
 #if DEVMR_IS_DEVICE_CODE
-  /// One atom.<order>.gpu.global.<op>.u64 (sequentially consistent operations, which the heap
-  /// does not make, go the generic way).
+  /// One atom.<order>.gpu.global.<op> (order: not seq_cst).
   template <op Op>
-  __device__ T rmw(T v, cuda::std::memory_order order) const {
+  __device__ T global(T v, cuda::std::memory_order order) const {
     auto const at = static_cast<unsigned long long>(__cvta_generic_to_global(word_));
     auto const x = static_cast<unsigned long long>(v);
     unsigned long long r = 0;
@@ -90,18 +88,15 @@ class atomic_word : public cuda::atomic_ref<T, cuda::thread_scope_device> {
     case cuda::std::memory_order_relaxed: \
       DEVMR_ATOM_GLOBAL("relaxed", name); \
       break;                              \
-    case cuda::std::memory_order_consume: \
-    case cuda::std::memory_order_acquire: \
-      DEVMR_ATOM_GLOBAL("acquire", name); \
-      break;                              \
     case cuda::std::memory_order_release: \
       DEVMR_ATOM_GLOBAL("release", name); \
       break;                              \
     case cuda::std::memory_order_acq_rel: \
       DEVMR_ATOM_GLOBAL("acq_rel", name); \
       break;                              \
-    default:                              \
-      return generic<Op>(v, order);       \
+    default: /* acquire, consume */       \
+      DEVMR_ATOM_GLOBAL("acquire", name); \
+      break;                              \
   }
     if constexpr (Op == op::add) {
       DEVMR_ATOM_GLOBAL_ORDERS("add.u64")
@@ -113,16 +108,6 @@ class atomic_word : public cuda::atomic_ref<T, cuda::thread_scope_device> {
 #undef DEVMR_ATOM_GLOBAL_ORDERS
 #undef DEVMR_ATOM_GLOBAL
     return static_cast<T>(r);
-  }
-  template <op Op>
-  __device__ T generic(T v, cuda::std::memory_order order) const {
-    if constexpr (Op == op::add) {
-      return base::fetch_add(v, order);
-    } else if constexpr (Op == op::bit_or) {
-      return base::fetch_or(v, order);
-    } else {
-      return base::fetch_and(v, order);
-    }
   }
 #endif
 

@@ -121,13 +121,12 @@ class class_lists {
       // Off the list and taken, from the count that the addition left (slab_avail::filled: no
       // load): the erase goes out first and the take beside it, so that installs stop finding the
       // slab as soon as it is taken (one that finds a member it cannot open searches the list again
-      // in order; left there for the take's round trip, the slab cost the steady rows at 80% live
-      // of 4 GiB a third more time). A slot that took it off the list first opens it, or finds it
-      // taken here. Where the take fails, the slab is someone else's: opened, or listed again
-      // since, perhaps in a later life, and then the erase may have taken off that listing's
-      // member, which would leave the slab's free blocks where no install looks. So a member that
-      // the erase found goes back, as a listing puts it. Put back for a slab that is not listed by
-      // then, it is stale, and the search that finds it drops it.
+      // in order). A slot that took it off the list first opens it, or finds it taken here. Where
+      // the take fails, the slab is someone else's: opened, or listed again since, perhaps in a
+      // later life, and then the erase may have taken off that listing's member, which would leave
+      // the slab's free blocks where no install looks. So a member that the erase found goes back,
+      // as a listing puts it. Put back for a slab that is not listed by then, it is stale, and the
+      // search that finds it drops it.
       slab_set const set = slabs_.listed(cls, slabs_.part_of(id));
       std::uint32_t const was = set.clear_bit(slabs_.member(id));
       slab_avail const a = avail(id, cls);

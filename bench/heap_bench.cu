@@ -366,8 +366,9 @@ constexpr unsigned churn_row = ~0u;
 struct options {
   bool quick = false;
   bool no_malloc = false;
-  bool reset = false;       ///< devmr: reset the heap before every run, not only a row's first
-  bool floor_walk = false;  ///< the floor goes on through its buffer from run to run of a row
+  bool reset = false;            ///< devmr: reset the heap before every run, not only a row's first
+  bool floor_walk = false;       ///< the floor goes on through its buffer from run to run of a row
+  bool floor_occupancy = false;  ///< the floor's kernels run as many blocks an SM as devmr's
   unsigned heap_gib = default_heap_gib;             ///< --heap: the heap's size
   std::vector<std::pair<unsigned, unsigned>> only;  ///< --row: threads, size_arg or churn_row
   std::string only_flags;                           ///< those --row and --heap arguments, as given
@@ -382,7 +383,8 @@ struct options {
 [[noreturn]] void usage(char const* argv0, int status) {
   std::fprintf(
       status == 0 ? stdout : stderr,
-      "usage: %s [--quick] [--no-malloc] [--reset] [--floor-walk] [--heap G] [--row T:S]...\n"
+      "usage: %s [--quick] [--no-malloc] [--reset] [--floor-walk] [--floor-occupancy] [--heap G]\n"
+      "       [--row T:S]...\n"
       "  --quick      only 2^20 threads, 3 runs per phase instead of 5\n"
       "  --no-malloc  leave out CUDA's device malloc\n"
       "  --reset      devmr: reset the heap before every run of a row, not only before the first\n"
@@ -391,6 +393,9 @@ struct options {
       "               ended, rather than each from its first byte (memory the kernels before did\n"
       "               not write just now, as devmr's slots go on through their slabs: what the\n"
       "               floor's blocks gain from the L2 cache)\n"
+      "  --floor-occupancy the floor's kernels run with no more blocks an SM than devmr's kernel\n"
+      "               of the same phase (dynamic shared memory holds them back): what devmr's\n"
+      "               registers cost it against the floor's\n"
       "  --heap G     a heap of G GiB (default 24; 2^22 threads of 4 KiB blocks need over 16)\n"
       "  --row T:S    only this row (repeatable): T = 16, 20 or 22 (2^T threads), S = 16, 64,\n"
       "               256, 1024, 4096, mixed or churn; for profiling one row, or comparing "
@@ -447,6 +452,43 @@ std::string threads_label(unsigned threads) {
   return "2^" + std::to_string(log2);
 }
 
+/// Blocks of `block_threads` threads that an SM holds of `kernel`, with `smem` bytes of dynamic
+/// shared memory a block.
+template <class Kernel>
+int blocks_per_sm(Kernel kernel, std::size_t smem) {
+  int blocks = 0;
+  DEVMR_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads, smem));
+  return blocks;
+}
+
+/// Dynamic shared memory a block with which an SM holds as many blocks of `floor_kernel` as of
+/// `devmr_kernel` (--floor-occupancy): 0 where it holds no more already. No kernel here uses
+/// shared memory: it only keeps blocks off the SM.
+template <class Floor, class Devmr>
+std::size_t matching_smem(Floor floor_kernel, Devmr devmr_kernel) {
+  int const want = blocks_per_sm(devmr_kernel, 0);
+  if (blocks_per_sm(floor_kernel, 0) <= want) {
+    return 0;
+  }
+  int device = 0;
+  int per_sm = 0;
+  DEVMR_CUDA_TRY(cudaGetDevice(&device));
+  DEVMR_CUDA_TRY(
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  // From the share of want + 1 blocks up, within the 48 KiB a block gets without opting in.
+  for (auto smem = static_cast<std::size_t>(per_sm) / static_cast<std::size_t>(want + 1);
+       smem <= 48 * 1024; smem += 128) {
+    if (blocks_per_sm(floor_kernel, smem) <= want) {
+      return smem;
+    }
+  }
+  std::fprintf(stderr,
+               "heap_bench: --floor-occupancy: no shared memory size holds the floor's "
+               "kernel to devmr's blocks an SM\n");
+  std::exit(1);
+}
+
 /// Runs the rows, owns the device memory that all of them share.
 class heap_bench {
  public:
@@ -456,6 +498,9 @@ class heap_bench {
     DEVMR_CUDA_TRY(cudaMalloc(&counters_, sizeof(run_counters)));
     DEVMR_CUDA_TRY(cudaMalloc(&floor_offset_, sizeof(unsigned long long)));
     DEVMR_CUDA_TRY(cudaMalloc(&floor_buffer_, floor_bytes));
+    if (opts.floor_occupancy) {
+      hold_floor_back();
+    }
   }
   ~heap_bench() {
     cudaFree(floor_buffer_);
@@ -533,6 +578,27 @@ class heap_bench {
     }
   }
 
+  /// --floor-occupancy: sizes the floor's shared memory so that an SM holds as many blocks of
+  /// each of its kernels as of devmr's, and prints both counts.
+  void hold_floor_back() {
+    floor_smem_.alloc = matching_smem(alloc_kernel<floor_allocator>, alloc_kernel<devmr_allocator>);
+    floor_smem_.free = matching_smem(free_kernel<floor_allocator>, free_kernel<devmr_allocator>);
+    floor_smem_.churn = matching_smem(churn_kernel<floor_allocator>, churn_kernel<devmr_allocator>);
+    std::printf(
+        "floor held to devmr's blocks an SM (devmr, floor as built, floor held): alloc %d %d %d, "
+        "free %d %d %d, churn %d %d %d\n",
+        blocks_per_sm(alloc_kernel<devmr_allocator>, 0),
+        blocks_per_sm(alloc_kernel<floor_allocator>, 0),
+        blocks_per_sm(alloc_kernel<floor_allocator>, floor_smem_.alloc),
+        blocks_per_sm(free_kernel<devmr_allocator>, 0),
+        blocks_per_sm(free_kernel<floor_allocator>, 0),
+        blocks_per_sm(free_kernel<floor_allocator>, floor_smem_.free),
+        blocks_per_sm(churn_kernel<devmr_allocator>, 0),
+        blocks_per_sm(churn_kernel<floor_allocator>, 0),
+        blocks_per_sm(churn_kernel<floor_allocator>, floor_smem_.churn));
+    std::fflush(stdout);
+  }
+
   [[nodiscard]] bool malloc_wanted(unsigned threads) const {
     return !opts_.no_malloc && threads < (1u << 22) && malloc_spent_ms_ < malloc_total_budget_ms;
   }
@@ -583,20 +649,23 @@ class heap_bench {
     return c;
   }
 
+  /// `smem`: dynamic shared memory a block, which no kernel uses (--floor-occupancy).
   template <class Allocator>
-  float time_alloc(Allocator a, unsigned n, unsigned size_arg) {
+  float time_alloc(Allocator a, unsigned n, unsigned size_arg, std::size_t smem = 0) {
     unsigned const grid = (n + block_threads - 1) / block_threads;
-    return timer_.time_ms([&] { alloc_kernel<<<grid, block_threads>>>(a, ptrs_, n, size_arg); });
+    return timer_.time_ms(
+        [&] { alloc_kernel<<<grid, block_threads, smem>>>(a, ptrs_, n, size_arg); });
   }
   template <class Allocator>
-  float time_free(Allocator a, unsigned n, unsigned size_arg) {
+  float time_free(Allocator a, unsigned n, unsigned size_arg, std::size_t smem = 0) {
     unsigned const grid = (n + block_threads - 1) / block_threads;
-    return timer_.time_ms([&] { free_kernel<<<grid, block_threads>>>(a, ptrs_, n, size_arg); });
+    return timer_.time_ms(
+        [&] { free_kernel<<<grid, block_threads, smem>>>(a, ptrs_, n, size_arg); });
   }
   template <class Allocator>
-  float time_churn(Allocator a, unsigned n) {
+  float time_churn(Allocator a, unsigned n, std::size_t smem = 0) {
     unsigned const grid = (n + block_threads - 1) / block_threads;
-    return timer_.time_ms([&] { churn_kernel<<<grid, block_threads>>>(a, n, counters_); });
+    return timer_.time_ms([&] { churn_kernel<<<grid, block_threads, smem>>>(a, n, counters_); });
   }
 
   float alloc_phase(allocator_kind kind, unsigned n, unsigned size_arg) {
@@ -606,7 +675,7 @@ class heap_bench {
       case allocator_kind::malloc:
         return time_alloc(malloc_alloc(), n, size_arg);
       case allocator_kind::floor:
-        return time_alloc(floor_alloc(), n, size_arg);
+        return time_alloc(floor_alloc(), n, size_arg, floor_smem_.alloc);
     }
     return 0.0f;
   }
@@ -617,7 +686,7 @@ class heap_bench {
       case allocator_kind::malloc:
         return time_free(malloc_alloc(), n, size_arg);
       case allocator_kind::floor:
-        return time_free(floor_alloc(), n, size_arg);
+        return time_free(floor_alloc(), n, size_arg, floor_smem_.free);
     }
     return 0.0f;
   }
@@ -628,7 +697,7 @@ class heap_bench {
       case allocator_kind::malloc:
         return time_churn(malloc_alloc(), n);
       case allocator_kind::floor:
-        return time_churn(floor_alloc(), n);
+        return time_churn(floor_alloc(), n, floor_smem_.churn);
     }
     return 0.0f;
   }
@@ -720,6 +789,12 @@ class heap_bench {
   void** ptrs_ = nullptr;
   run_counters* counters_ = nullptr;
   unsigned long long* floor_offset_ = nullptr;
+  /// Dynamic shared memory of the floor's kernels, a block (--floor-occupancy; else none).
+  struct {
+    std::size_t alloc = 0;
+    std::size_t free = 0;
+    std::size_t churn = 0;
+  } floor_smem_;
   std::uint64_t floor_walked_ = 0;  ///< the most the floor's runs took since its offset was 0
   void* floor_buffer_ = nullptr;
   float malloc_spent_ms_ = 0.0f;
@@ -878,9 +953,10 @@ int run(options const& opts) {
   std::printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB; driver %d, runtime %d\n", device,
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / static_cast<double>(gib), driver, runtime);
-  std::printf("flags:%s%s%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
+  std::printf("flags:%s%s%s%s%s%s; CUDA malloc heap limit %.1f GiB\n", opts.quick ? " --quick" : "",
               opts.no_malloc ? " --no-malloc" : "", opts.reset ? " --reset" : "",
-              opts.floor_walk ? " --floor-walk" : "", opts.only_flags.c_str(),
+              opts.floor_walk ? " --floor-walk" : "",
+              opts.floor_occupancy ? " --floor-occupancy" : "", opts.only_flags.c_str(),
               static_cast<double>(malloc_limit) / static_cast<double>(gib));
   std::fflush(stdout);
 
@@ -952,6 +1028,8 @@ int main(int argc, char** argv) {
       opts.reset = true;
     } else if (std::strcmp(argv[a], "--floor-walk") == 0) {
       opts.floor_walk = true;
+    } else if (std::strcmp(argv[a], "--floor-occupancy") == 0) {
+      opts.floor_occupancy = true;
     } else if (std::strcmp(argv[a], "--heap") == 0) {
       unsigned long const g = a + 1 == argc ? 0 : std::strtoul(argv[++a], nullptr, 10);
       if (g == 0 || g > 1024) {

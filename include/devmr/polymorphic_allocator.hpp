@@ -78,6 +78,13 @@ class polymorphic_allocator {
            std::is_constructible_v<resource_ref_type, Resource&>)
       polymorphic_allocator(Resource& resource)
   noexcept : ref_{resource} {}
+  /// @brief Refused: CCCL >= 3.1 makes references only from copyable resources, and this one
+  /// (a pool) is move-only. Wrap it in a devmr::shared_resource and make the allocator from that.
+  template <class Resource>
+  requires(!std::is_same_v<std::remove_cvref_t<Resource>, polymorphic_allocator> &&
+           detail::synchronous_resource_with<Resource, Properties...> &&
+           !detail::alloc::referable<Resource>) polymorphic_allocator(Resource&)
+  = delete;
 
   /// @brief The same resource, for another element type (rebinding).
   template <class U>

@@ -98,7 +98,9 @@ class slab_supply : public heap_view {
   /// meanwhile) looks again, a bounded number of times, so that memory in flight is not reported
   /// as missing. The first search takes no snapshot of the returns (an acquire load that would
   /// hold back every load after it, a round trip on every take): only once it has found nothing
-  /// do the careful searches begin. A slow path: its callers call it out of line (out_of_line.hpp).
+  /// do the careful searches begin. Slabs that others take from the stacks and give back as marks
+  /// behind a search held up send no signal, so such a search can find none while slabs are free
+  /// (docs/heap-internals.md). A slow path: its callers call it out of line (out_of_line.hpp).
   DEVMR_HOST_DEVICE std::uint32_t take_run(std::uint32_t slabs, unsigned hint) const {
     if (std::uint32_t const id = out_of_line<&slab_supply::search_run>(*this, slabs, hint);
         id != no_slab) {

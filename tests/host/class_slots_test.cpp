@@ -36,7 +36,7 @@ using devmr_test::under_tsan;
 // ---- class_slots over small slabs --------------------------------------------------------------
 
 /// The Slabs policy of class_slots over the heap's slab supply: empty slabs come from it
-/// (as the heap's acquire_run takes one: see devmr_test::take_one) and go back to it (marked in
+/// (as the heap's take_run takes one: see devmr_test::take_one) and go back to it (marked in
 /// their arena's bitmap, with the release that the supply's take acquires). Slab ids name arenas of
 /// `per_arena` slabs; test_slab_memory holds them arena after arena.
 struct supply_slabs {
@@ -85,6 +85,9 @@ struct supply_slabs {
     // search that takes the mark.
     supply().mark(arena_of(id), index_of(id) / 64, std::uint64_t{1} << (index_of(id) % 64),
                   release);
+    // Counted back (take_one counted it out), so that a search that found nothing meanwhile
+    // looks again.
+    atomic(supply().out_count(arena_of(id))).fetch_add(out_word_back(1), relaxed);
   }
 };
 

@@ -371,7 +371,7 @@ TEST_CASE("a heap counts the slabs out of its supply and is roomy while an eight
           "[heap][core][roomy]") {
   host_heap heap{{16}, false};  // roomy while fewer than 14 slabs are out
   auto core = heap.core();
-  auto const out = [&] { return slab_supply{&heap.header()}.out_count(0); };
+  auto const out = [&] { return slab_supply{&heap.header()}.slabs_out(0); };
   auto const roomy = [&] { return core.slots().slabs().roomy(); };
   CHECK(out() == 0u);
   CHECK(roomy());
@@ -463,7 +463,7 @@ TEST_CASE(
     "[heap][core][rows]") {
   host_heap heap{{32}, false, true};
   auto core = heap.core();
-  auto const out = [&] { return slab_supply{&heap.header()}.out_count(0); };
+  auto const out = [&] { return slab_supply{&heap.header()}.slabs_out(0); };
   std::uint64_t const& marks = heap.header().arenas[0].empty_bits[0];
   unsigned constexpr cls = 8;  // 4 KiB, 256 to a slab
   std::uint32_t const per_slab = class_capacity(cls);
@@ -524,7 +524,7 @@ TEST_CASE("a slot whose row was used up opens again in place the slabs freed fro
     std::vector<void*> again = allocate_blocks(core, cls, per_row);
     CHECK(again == blocks);  // the same row, in the same order: no install in between
     CHECK(heap.header().frontier[0] == run_slabs);
-    CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs);
+    CHECK(slab_supply{&heap.header()}.slabs_out(0) == run_slabs);
     CHECK(heap.header().arenas[0].empty_bits[0] == 0u);
     free_all(core, again);
     CHECK(heap.blocks_in_use() == 0);
@@ -548,7 +548,7 @@ TEST_CASE("a slot whose row was used up opens again in place the slabs freed fro
     // The slabs after slab 2, renewed past it, which could not be, got their blocks back and
     // closed empty.
     CHECK(heap.header().arenas[0].empty_bits[0] == (first_marks(run_slabs) & ~first_marks(3)));
-    CHECK(slab_supply{&heap.header()}.out_count(0) == 3u);
+    CHECK(slab_supply{&heap.header()}.slabs_out(0) == 3u);
     CHECK(heap.blocks_in_use() == kept.size() + again.size());
     CHECK(heap.blocks_in_use(cls) == kept.size() + again.size());
     free_all(core, again);
@@ -629,7 +629,7 @@ TEST_CASE("rows are for the classes from first_run_class up, on unchecked heaps 
     void* kilo = core.allocate_small(6, 0, 0);
     CHECK(kilo == large);
     CHECK(heap.header().frontier[0] == run_slabs + 1);
-    CHECK(slab_supply{&heap.header()}.out_count(0) == run_slabs);
+    CHECK(slab_supply{&heap.header()}.slabs_out(0) == run_slabs);
     core.free_one(kilo, 0);
     CHECK(heap.blocks_in_use() == 0);
   }

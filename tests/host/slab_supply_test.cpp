@@ -233,12 +233,17 @@ TEST_CASE("threads popping and pushing one stack never take a slab twice", "[sup
   CHECK(std::count(seen.begin(), seen.end(), 1) == 256);
 }
 
+// A give of n slabs is one addition to its arena's word: n fewer out (the low half), n more given
+// back so far (the high half).
+static_assert(std::uint64_t{5} + out_word_back(2) == (std::uint64_t{2} << 32 | 3));
+static_assert((std::uint64_t{7} << 32 | 4) + out_word_back(4) == std::uint64_t{11} << 32);
+
 TEST_CASE("threads taking and returning single slabs never share one", "[supply][threads]") {
   supply_fixture f{{512, 512}};
   slab_supply const s = f.supply();
   sharing const seen = take_and_give(
       20000, 64, 2 * 512, [&](unsigned t) { return devmr_test::take_one(s, f.header(), t); },
-      [&](std::uint32_t id) { f.give_back(id); },
+      [&](std::uint32_t id) { f.give_back_counted(id); },
       [](std::uint32_t id) { return arena_of(id) * 512 + index_of(id); });
   CHECK(seen.twice == 0);
   CHECK(seen.none == 0);  // 8 x 64 held at most: 1024 slabs always leave some

@@ -52,24 +52,38 @@ class supply_fixture {
     atomic(supply().meta(id).remaining).store(0, relaxed);
     supply().mark_empty(id);
   }
+  /// give_back for a slab that take_one counted out: counted back too, as heap_slabs::give_empty
+  /// does, so that a search that found nothing meanwhile looks again.
+  void give_back_counted(std::uint32_t id) const {
+    give_back(id);
+    atomic(supply().out_count(arena_of(id))).fetch_add(out_word_back(1), relaxed);
+  }
 
  private:
   std::unique_ptr<heap_header> header_;
   std::vector<void*> memory_;
 };
 
-/// One slab from `supply`, as the heap's acquire_run takes one: a search, and while memory is
-/// in flight (a word of marks or a run being moved by another thread) or came back meanwhile,
-/// another search; no_slab only when a search found none with nothing in flight.
+/// One slab from `supply`, as the heap's take_run takes one: a search, and while memory is in
+/// flight (a word of marks or a run being moved by another thread), or came back meanwhile (a run's
+/// remainder, or slabs given back), another search; no_slab only when a search found none with
+/// nothing in flight and nothing back since it began. Up to 1000 searches, where take_run makes
+/// 128: the tests run more threads than cores, and a thread in flight may wait for one. The slab
+/// taken is counted out of the supply, as the heap counts a slab it formats (give_back_counted).
 inline std::uint32_t take_one(slab_supply const& supply, heap_header& h, unsigned hint) {
   for (unsigned attempt = 0;; ++attempt) {
     std::uint64_t const returned = atomic(h.runs_returned.value).load(acquire);
+    std::uint32_t const back = supply.slabs_back();
     std::uint32_t const id = supply.search_run(1, hint);
-    if (id != no_slab || attempt == 1000) {
+    if (id != no_slab) {
+      atomic(supply.out_count(arena_of(id))).fetch_add(1, relaxed);  // as count_out does
       return id;
     }
+    if (attempt == 1000) {
+      return no_slab;
+    }
     if (atomic(h.runs_in_flight.value).load(acquire) == 0 &&
-        atomic(h.runs_returned.value).load(acquire) == returned) {
+        atomic(h.runs_returned.value).load(acquire) == returned && supply.slabs_back() == back) {
       return no_slab;
     }
     pause_briefly();

@@ -152,7 +152,7 @@ class heap_slabs {
     atomic(meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
     slab_supply::mark_in(empty, empty_bitmap_words(slabs_in(part)), index_of(id) / 64,
                          std::uint64_t{1} << (index_of(id) % 64), release);
-    atomic(supply().out_count(part)).fetch_sub(1, relaxed);
+    atomic(supply().out_count(part)).fetch_add(out_word_back(1), relaxed);
   }
 
   /// Slab `id`, taken from the supply, is formatted for a class: one more slab out of the supply.
@@ -166,10 +166,10 @@ class heap_slabs {
   /// round trip at the head of every install.
   DEVMR_HOST_DEVICE bool roomy() const {
     std::uint32_t const limit = read_only(h_->slot_widths.roomy);
-    std::uint64_t out = atomic(supply().out_count(0)).load(relaxed);
+    std::uint64_t out = static_cast<std::uint32_t>(atomic(supply().out_count(0)).load(relaxed));
     std::uint32_t const arenas = read_only(h_->arena_count);
     DEVMR_ROLLED for (std::uint32_t a = 1; a < arenas; ++a) {
-      out += atomic(supply().out_count(a)).load(relaxed);
+      out += static_cast<std::uint32_t>(atomic(supply().out_count(a)).load(relaxed));
     }
     return out < limit;
   }

@@ -229,8 +229,10 @@ struct heap_header {
                                 ///< slots (a failed search retries while there are some)
   padded_word slab_moves;       ///< slabs that closes put on a list or back in the supply so
                                 ///< far (a failed search retries if this moved while it looked)
-  /// Slabs of each arena out of the supply (formatted for a class, or in a large run): while
-  /// fewer than slot_shape::roomy are, installs take empty slabs first (slab_supply::out_count).
+  /// Slabs of each arena out of the supply (formatted for a class, or in a large run) in the low
+  /// half: while fewer than slot_shape::roomy are, installs take empty slabs first. Slabs given
+  /// back so far in the high half (modulo 2^32), so that a search that found nothing sees that
+  /// slabs came back while it looked (slab_supply::out_count, take_run).
   padded_word slabs_out[max_arenas];
   slot_shape slot_widths;  ///< the slots that each class uses
   heap_counters counters;

@@ -28,6 +28,12 @@
 
 namespace devmr::detail::heap {
 
+/// What a give of `n` slabs adds to its arena's word of slabs out of the supply
+/// (slab_supply::out_count): n less in the low half, n more in the high half.
+DEVMR_HOST_DEVICE constexpr std::uint64_t out_word_back(std::uint64_t n) {
+  return (n << 32) - n;
+}
+
 /// The slab supply of one heap (see the top of this file).
 class slab_supply : public heap_view {
  public:
@@ -38,7 +44,7 @@ class slab_supply : public heap_view {
   DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned) const {
     atomic(meta(id).state).store(make_state(tag_free, 0), relaxed);
     std::uint32_t const length = atomic(meta(id).length).load(relaxed);
-    atomic(out_count(arena_of(id))).fetch_sub(length, relaxed);
+    atomic(out_count(arena_of(id))).fetch_add(out_word_back(length), relaxed);
     push_run(id, length);
   }
 
@@ -98,9 +104,9 @@ class slab_supply : public heap_view {
   /// meanwhile) looks again, a bounded number of times, so that memory in flight is not reported
   /// as missing. The first search takes no snapshot of the returns (an acquire load that would
   /// hold back every load after it, a round trip on every take): only once it has found nothing
-  /// do the careful searches begin. Slabs that others take from the stacks and give back as marks
-  /// behind a search held up send no signal, so such a search can find none while slabs are free
-  /// (docs/heap-internals.md). A slow path: its callers call it out of line (out_of_line.hpp).
+  /// do the careful searches begin. Slabs given back while it looked (the count of slabs back)
+  /// may lie where it had looked already: it looks again then too. A slow path: its callers call
+  /// it out of line (out_of_line.hpp).
   DEVMR_HOST_DEVICE std::uint32_t take_run(std::uint32_t slabs, unsigned hint) const {
     if (std::uint32_t const id = out_of_line<&slab_supply::search_run>(*this, slabs, hint);
         id != no_slab) {
@@ -108,13 +114,15 @@ class slab_supply : public heap_view {
     }
     for (unsigned attempt = 0;; ++attempt) {
       std::uint64_t const returned = atomic(h_->runs_returned.value).load(acquire);
+      std::uint32_t const back = slabs_back();
       std::uint32_t const id = out_of_line<&slab_supply::search_run>(*this, slabs, hint);
       if (id != no_slab || attempt == 128) {
         return id;
       }
       // acquire: pairs with the release in pop_run, so a retry sees the remainder pushed back.
+      // Slabs given back meanwhile may lie where the search had looked already: it looks again.
       if (atomic(h_->runs_in_flight.value).load(acquire) == 0 &&
-          atomic(h_->runs_returned.value).load(acquire) == returned) {
+          atomic(h_->runs_returned.value).load(acquire) == returned && slabs_back() == back) {
         return no_slab;
       }
       pause_briefly();
@@ -467,10 +475,27 @@ class slab_supply : public heap_view {
     return read_only(h_->arenas[a].empty_bits)[empty_word_index(w)];
   }
 
-  /// Slabs of arena `a` out of the supply (see heap_slabs::roomy), in the header: no load of the
-  /// arena table before the count's atomics.
+  /// Arena `a`'s word of slabs out of the supply (see heap_slabs::roomy) and given back (see
+  /// take_run), in the header: no load of the arena table before its atomics. The low half counts
+  /// the slabs out: a take adds their number. The high half counts the slabs given back, modulo
+  /// 2^32: a give adds out_word_back(n), which takes n from the low half and, by the carry that
+  /// this leaves (the low half holds at least n), adds n to the high one: one atomic, as before.
   DEVMR_HOST_DEVICE std::uint64_t& out_count(std::uint32_t a) const {
     return h_->slabs_out[a].value;
+  }
+  /// Slabs of arena `a` out of the supply now: a hint.
+  DEVMR_HOST_DEVICE std::uint32_t slabs_out(std::uint32_t a) const {
+    return static_cast<std::uint32_t>(atomic(out_count(a)).load(relaxed));
+  }
+  /// Slabs given back to the supply so far over every arena published, modulo 2^32: a change,
+  /// not an amount, is what a search reads in it.
+  DEVMR_HOST_DEVICE std::uint32_t slabs_back() const {
+    std::uint32_t back = 0;
+    std::uint32_t const arenas = read_only(h_->arena_count);
+    for (std::uint32_t a = 0; a < arenas; ++a) {
+      back += static_cast<std::uint32_t>(atomic(out_count(a)).load(relaxed) >> 32);
+    }
+    return back;
   }
 
   /// Words of arena `a`'s bitmap of empty slabs (its summary follows them).

@@ -87,7 +87,7 @@ struct supply_slabs {
                   release);
     // Counted back (take_one counted it out), so that a search that found nothing meanwhile
     // looks again.
-    atomic(supply().out_count(arena_of(id))).fetch_add(out_word_back(1), relaxed);
+    supply().count_given(arena_of(id), 1);
   }
 };
 

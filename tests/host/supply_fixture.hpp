@@ -56,7 +56,7 @@ class supply_fixture {
   /// does, so that a search that found nothing meanwhile looks again.
   void give_back_counted(std::uint32_t id) const {
     give_back(id);
-    atomic(supply().out_count(arena_of(id))).fetch_add(out_word_back(1), relaxed);
+    supply().count_given(arena_of(id), 1);
   }
 
  private:
@@ -76,7 +76,7 @@ inline std::uint32_t take_one(slab_supply const& supply, heap_header& h, unsigne
     std::uint32_t const back = supply.slabs_back();
     std::uint32_t const id = supply.search_run(1, hint);
     if (id != no_slab) {
-      atomic(supply.out_count(arena_of(id))).fetch_add(1, relaxed);  // as count_out does
+      supply.count_taken(arena_of(id), 1);  // as count_out does
       return id;
     }
     if (attempt == 1000) {

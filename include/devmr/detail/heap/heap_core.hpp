@@ -113,7 +113,7 @@ class heap_core : public slab_supply {
     if (id == no_slab) {
       return nullptr;
     }
-    atomic(out_count(arena_of(id))).fetch_add(slabs, relaxed);  // out: the low half
+    count_taken(arena_of(id), slabs);
     slab_meta& m = meta(id);
     atomic(m.length).store(static_cast<std::uint32_t>(slabs), relaxed);
     atomic(m.remaining).store(large_run_count, relaxed);

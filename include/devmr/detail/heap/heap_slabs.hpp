@@ -152,12 +152,12 @@ class heap_slabs {
     atomic(meta(id).remaining).store(0, relaxed);  // what the taker's settle reads
     slab_supply::mark_in(empty, empty_bitmap_words(slabs_in(part)), index_of(id) / 64,
                          std::uint64_t{1} << (index_of(id) % 64), release);
-    atomic(supply().out_count(part)).fetch_add(out_word_back(1), relaxed);
+    supply().count_given(part, 1);
   }
 
   /// Slab `id`, taken from the supply, is formatted for a class: one more slab out of the supply.
   DEVMR_HOST_DEVICE void count_out(std::uint32_t id) const {
-    atomic(supply().out_count(arena_of(id))).fetch_add(1, relaxed);
+    supply().count_taken(arena_of(id), 1);
   }
   /// Whether fewer slabs than the heap's roomy limit are out of the supply (slot_shape::roomy):
   /// then installs take empty slabs first. A hint, read relaxed.
@@ -166,10 +166,10 @@ class heap_slabs {
   /// round trip at the head of every install.
   DEVMR_HOST_DEVICE bool roomy() const {
     std::uint32_t const limit = read_only(h_->slot_widths.roomy);
-    std::uint64_t out = static_cast<std::uint32_t>(atomic(supply().out_count(0)).load(relaxed));
+    std::uint64_t out = supply().slabs_out(0);
     std::uint32_t const arenas = read_only(h_->arena_count);
     DEVMR_ROLLED for (std::uint32_t a = 1; a < arenas; ++a) {
-      out += static_cast<std::uint32_t>(atomic(supply().out_count(a)).load(relaxed));
+      out += supply().slabs_out(a);
     }
     return out < limit;
   }

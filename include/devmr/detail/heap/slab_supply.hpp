@@ -44,7 +44,7 @@ class slab_supply : public heap_view {
   DEVMR_HOST_DEVICE void retire(std::uint32_t id, unsigned) const {
     atomic(meta(id).state).store(make_state(tag_free, 0), relaxed);
     std::uint32_t const length = atomic(meta(id).length).load(relaxed);
-    atomic(out_count(arena_of(id))).fetch_add(out_word_back(length), relaxed);
+    count_given(arena_of(id), length);
     push_run(id, length);
   }
 
@@ -482,6 +482,14 @@ class slab_supply : public heap_view {
   /// this leaves (the low half holds at least n), adds n to the high one: one atomic, as before.
   DEVMR_HOST_DEVICE std::uint64_t& out_count(std::uint32_t a) const {
     return h_->slabs_out[a].value;
+  }
+  /// `n` more slabs of arena `a` out of the supply (the low half of its word).
+  DEVMR_HOST_DEVICE void count_taken(std::uint32_t a, std::uint64_t n) const {
+    atomic(out_count(a)).fetch_add(n, relaxed);
+  }
+  /// `n` slabs of arena `a` given back to the supply: out_word_back(n), one addition.
+  DEVMR_HOST_DEVICE void count_given(std::uint32_t a, std::uint64_t n) const {
+    atomic(out_count(a)).fetch_add(out_word_back(n), relaxed);
   }
   /// Slabs of arena `a` out of the supply now: a hint.
   DEVMR_HOST_DEVICE std::uint32_t slabs_out(std::uint32_t a) const {
